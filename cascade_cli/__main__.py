@@ -1,0 +1,3 @@
+from cascade_cli.cli.app import main
+
+main()

@@ -1,0 +1,68 @@
+"""The `cascade` command: global options, subcommands, and error → exit-code mapping."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cascade_cli import __version__
+from cascade_cli.cli import chat, models
+from cascade_cli.cli.state import STATE, err
+from cascade_cli.errors import CascadeError
+
+app = typer.Typer(
+    name="cascade",
+    help="Chat with and question texts far longer than your model's context window.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("chat")(chat.chat)
+app.add_typer(models.app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"cascade {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks and llama.cpp's log.")
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Settings file (default: cascade.toml in the config dir)."),
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+    ] = False,
+) -> None:
+    """Global options."""
+    STATE.debug = debug
+    STATE.config = config
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; CascadeError → one line on stderr and its exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    STATE.debug = "--debug" in args
+    try:
+        app(args=args, prog_name="cascade")
+    except CascadeError as exc:
+        if STATE.debug:
+            raise
+        err.print(f"[red]error:[/red] {exc.one_line()}", soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        if STATE.debug:
+            raise
+        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} (rerun with --debug)")
+        sys.exit(70)

@@ -1,0 +1,43 @@
+"""Option types shared by commands (each setting is also a flag)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+Model = Annotated[
+    str | None, typer.Option("--model", "-m", help="Registered model name or path to a .gguf file.")
+]
+GpuLayers = Annotated[
+    int | None,
+    typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all, 0 = CPU only)."),
+]
+Threads = Annotated[int | None, typer.Option("--threads", help="CPU threads (0 = all cores).")]
+GpuCacheSize = Annotated[
+    str | None,
+    typer.Option("--gpu-cache-size", help="Live context window, in tokens (e.g. 4096 or 4k)."),
+]
+MemoryCacheSize = Annotated[
+    str | None,
+    typer.Option("--memory-cache-size", help="RAM tier budget in bytes (e.g. 512MiB, 2GB)."),
+]
+DiskCachePath = Annotated[
+    Path | None, typer.Option("--disk-cache-path", help="Directory of the on-disk KV store.")
+]
+BlockSize = Annotated[
+    str | None, typer.Option("--block-size", help="Tokens per KV chunk (paging unit).")
+]
+Compression = Annotated[
+    str | None,
+    typer.Option("--compression", help="Disk-tier KV quantization: none, q8, q4 or q2."),
+]
+FlashAttn = Annotated[
+    str | None, typer.Option("--flash-attn", help="Flash attention: auto, on or off.")
+]
+
+
+def flags(**values: Any) -> dict[str, Any]:
+    """Drop unset flags so lower layers (env, file, defaults) apply."""
+    return {k: v for k, v in values.items() if v is not None}

@@ -1,0 +1,77 @@
+"""Opening the model and a context for a command, with a progress display for first pulls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from cascade_cli.cli.state import STATE, err
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context, Model, set_verbose
+from cascade_cli.registry import Progress as ProgressFn
+from cascade_cli.registry import resolve_model
+
+_LABELS = {"download": "downloading", "extract": "extracting", "verify": "verifying"}
+
+
+@contextmanager
+def pull_progress(label: str) -> Iterator[ProgressFn]:
+    """A rich progress bar fed by registry's progress(phase, done, total) callback."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(phase: str, done: int, total: int | None) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(f"{label}: {_LABELS.get(phase, phase)}", total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield update
+
+
+def model_path(settings: Settings) -> Path:
+    """Resolve settings.model to a local file, pulling a registry model on first use."""
+    with pull_progress(settings.model) as update:
+        return resolve_model(settings.model, update)
+
+
+@contextmanager
+def open_model(settings: Settings) -> Iterator[Model]:
+    """Load the configured model; freed on exit."""
+    set_verbose(STATE.debug)
+    with Model(model_path(settings), gpu_layers=settings.gpu_layers) as model:
+        yield model
+
+
+@contextmanager
+def open_context(
+    settings: Settings, model: Model, extra_tokens: int = 0, n_seq_max: int = 4
+) -> Iterator[Context]:
+    """A context whose window is gpu_cache_size tokens, plus room for scratch sequences."""
+    n_batch = min(settings.block_size, 2048)
+    with Context(
+        model,
+        n_ctx=settings.gpu_cache_size + extra_tokens,
+        n_seq_max=n_seq_max,
+        n_batch=max(n_batch, 64),
+        n_threads=settings.n_threads,
+        flash_attn=settings.flash_attn,
+    ) as ctx:
+        yield ctx

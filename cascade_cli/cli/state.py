@@ -1,0 +1,27 @@
+"""Process-wide CLI state set by the top-level callback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from cascade_cli.config import Settings, resolve
+
+
+@dataclass
+class CliState:
+    debug: bool = False
+    config: Path | None = None
+
+
+STATE = CliState()
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def settings(flags: dict[str, Any]) -> Settings:
+    """Resolve settings with this invocation's --config and flags."""
+    return resolve(flags, STATE.config)

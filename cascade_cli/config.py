@@ -1,0 +1,202 @@
+"""Settings, resolved as defaults < TOML file < CASCADE_* environment < command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from cascade_cli.errors import ConfigError
+
+COMPRESSIONS = ("none", "q8", "q4", "q2")
+FLASH_ATTN = ("auto", "on", "off")
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+
+
+def home() -> Path | None:
+    """CASCADE_HOME, which overrides every path, or None."""
+    value = os.environ.get("CASCADE_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def data_dir() -> Path:
+    """Where models and the store live."""
+    root = home()
+    return root if root else Path(platformdirs.user_data_dir("cascade", appauthor=False))
+
+
+def config_dir() -> Path:
+    """Where cascade.toml is looked for."""
+    root = home()
+    return root if root else Path(platformdirs.user_config_dir("cascade", appauthor=False))
+
+
+def models_dir() -> Path:
+    """Where pulled models are kept."""
+    return data_dir() / "models"
+
+
+def parse_size(value: object, name: str = "size") -> int:
+    """Parse a byte size such as 512MiB, 2GB or 1048576."""
+    if isinstance(value, bool):
+        raise ConfigError(f"invalid {name}: {value!r}", "Use a size like 512MiB or 2GB.")
+    if isinstance(value, int | float):
+        number, unit = float(value), ""
+    else:
+        match = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
+        if not match:
+            raise ConfigError(f"invalid {name}: {value!r}", "Use a size like 512MiB or 2GB.")
+        number, unit = float(match.group(1)), match.group(2).lower()
+    if unit not in _UNITS:
+        raise ConfigError(
+            f"invalid {name}: unknown unit in {value!r}", "Use B, KiB, MiB, GiB, KB, MB or GB."
+        )
+    if number < 0:
+        raise ConfigError(f"invalid {name}: {value!r} is negative", "Use a size of 0 or more.")
+    return int(number * _UNITS[unit])
+
+
+def parse_int(value: object, name: str, minimum: int) -> int:
+    """Parse an integer setting with a lower bound; accepts 4k-style suffixes."""
+    if isinstance(value, bool):
+        raise ConfigError(f"invalid {name}: {value!r}", f"Use a whole number ≥ {minimum}.")
+    text = str(value).strip().lower()
+    scale = 1
+    if text.endswith("k"):
+        text, scale = text[:-1], 1024
+    try:
+        number = int(text) * scale
+    except ValueError:
+        raise ConfigError(
+            f"invalid {name}: {value!r}", f"Use a whole number ≥ {minimum}."
+        ) from None
+    if number < minimum:
+        raise ConfigError(
+            f"invalid {name}: {value!r} is below {minimum}", f"Use {minimum} or more."
+        )
+    return number
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting cascade reads. Field names are the TOML keys."""
+
+    model: str = "smollm2-135m"
+    gpu_layers: int = -1
+    threads: int = 0
+    gpu_cache_size: int = 4096
+    memory_cache_size: int = 512 * 1024**2
+    disk_cache_path: Path = dataclasses.field(default_factory=lambda: data_dir() / "store")
+    disk_cache_budget: int = 0
+    block_size: int = 512
+    compression: str = "q4"
+    flash_attn: str = "auto"
+
+    @property
+    def n_threads(self) -> int:
+        """Threads to use: the setting, or every core when 0."""
+        return self.threads if self.threads > 0 else max(1, os.cpu_count() or 1)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Settings)}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    if key in ("memory_cache_size", "disk_cache_budget"):
+        return parse_size(value, key)
+    if key == "gpu_cache_size":
+        return parse_int(value, key, 64)
+    if key == "block_size":
+        return parse_int(value, key, 16)
+    if key == "threads":
+        return parse_int(value, key, 0)
+    if key == "gpu_layers":
+        return parse_int(value, key, -1)
+    if key == "compression":
+        text = str(value).lower()
+        if text not in COMPRESSIONS:
+            raise ConfigError(
+                f"unknown compression {value!r}", f"Use one of: {', '.join(COMPRESSIONS)}."
+            )
+        return text
+    if key == "flash_attn":
+        text = str(value).lower()
+        if text not in FLASH_ATTN:
+            raise ConfigError(f"invalid flash_attn {value!r}", "Use auto, on or off.")
+        return text
+    if key == "disk_cache_path":
+        return Path(str(value)).expanduser()
+    if key == "model":
+        text = str(value).strip()
+        if not text:
+            raise ConfigError("empty model setting", "Name a registered model or a .gguf path.")
+        return text
+    raise ConfigError(f"unknown setting {key!r}", f"Known settings: {', '.join(sorted(_FIELDS))}.")
+
+
+def default_config_file() -> Path:
+    """The config file read when --config is not given."""
+    return config_dir() / "cascade.toml"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a config file; a missing default file is an empty config."""
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {path} does not exist", "Check the --config path."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read config file {path}: {exc}",
+            "Fix its permissions or pass another --config.",
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not valid TOML ({exc})", "Fix the file's syntax."
+        ) from None
+    section = data.get("cascade", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [cascade] must be a table", "Fix the file.")
+    return dict(section)
+
+
+def resolve(flags: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:
+    """Build Settings from defaults, the TOML file, CASCADE_* env, then flags (None = unset)."""
+    values: dict[str, Any] = {}
+    path = config_file if config_file is not None else default_config_file()
+    if config_file is not None or path.exists():
+        for key, value in read_toml(path).items():
+            values[key] = _coerce(key, value)
+    for key in _FIELDS:
+        env = os.environ.get(f"CASCADE_{key.upper()}")
+        if env is not None and env != "":
+            values[key] = _coerce(key, env)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            values[key] = _coerce(key, value)
+    return Settings(**values)

@@ -1,0 +1,74 @@
+"""Token-by-token generation with UTF-8-safe streaming."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cascade_cli.engine.context import Context
+from cascade_cli.engine.sampler import Sampler
+from cascade_cli.errors import ContextFullError
+
+
+class TokenStream:
+    """Turns token bytes into text pieces, holding back incomplete UTF-8 sequences."""
+
+    def __init__(self) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, data: bytes) -> str:
+        return self._dec.decode(data)
+
+    def flush(self) -> str:
+        return self._dec.decode(b"", final=True)
+
+
+@dataclass
+class Generation:
+    """Progress of one reply: tokens produced and the next free position."""
+
+    pos: int
+    tokens: list[int] = field(default_factory=list)
+    stopped_by: str = ""  # "eog", "max_tokens", "context_full"
+
+
+def generate(
+    ctx: Context,
+    sampler: Sampler,
+    seq_id: int,
+    state: Generation,
+    max_tokens: int,
+    limit: int | None = None,
+) -> Iterator[str]:
+    """Sample after the last decode (its last row must have logits) and yield text pieces.
+
+    Each sampled token is decoded back into seq_id at state.pos; state is updated in place.
+    `limit` is the first position the sequence may not use (default: the context size).
+    """
+    model = ctx.model
+    stream = TokenStream()
+    limit = ctx.n_ctx if limit is None else limit
+    for _ in range(max_tokens):
+        token = sampler.sample(ctx, -1)
+        if model.is_eog(token):
+            state.stopped_by = "eog"
+            break
+        state.tokens.append(token)
+        piece = stream.push(model.token_bytes(token))
+        if piece:
+            yield piece
+        if state.pos >= limit:
+            state.stopped_by = "context_full"
+            break
+        try:
+            ctx.decode([token], state.pos, seq_id)
+        except ContextFullError:
+            state.stopped_by = "context_full"
+            break
+        state.pos += 1
+    else:
+        state.stopped_by = "max_tokens"
+    tail = stream.flush()
+    if tail:
+        yield tail
