@@ -207,6 +207,11 @@ def pull_url(
                     progress("download", done, total)
                 out.flush()
                 os.fsync(out.fileno())
+            if total is not None and done < total:
+                raise DownloadError(
+                    f"download of {url} interrupted at {done} of {total} bytes",
+                    "Run the same command again to resume.",
+                )
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:
             pass  # already complete; verify below

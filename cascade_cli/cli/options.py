@@ -11,10 +11,10 @@ Model = Annotated[
     str | None, typer.Option("--model", "-m", help="Registered model name or path to a .gguf file.")
 ]
 GpuLayers = Annotated[
-    int | None,
+    str | None,
     typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all, 0 = CPU only)."),
 ]
-Threads = Annotated[int | None, typer.Option("--threads", help="CPU threads (0 = all cores).")]
+Threads = Annotated[str | None, typer.Option("--threads", help="CPU threads (0 = all cores).")]
 GpuCacheSize = Annotated[
     str | None,
     typer.Option("--gpu-cache-size", help="Live context window, in tokens (e.g. 4096 or 4k)."),

@@ -27,7 +27,7 @@ _LABELS = {"download": "downloading", "extract": "extracting", "verify": "verify
 
 @contextmanager
 def pull_progress(label: str) -> Iterator[ProgressFn]:
-    """A rich progress bar fed by registry's progress(phase, done, total) callback."""
+    """A rich progress bar fed by registry's progress(phase, done, total); shown on first use."""
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -35,15 +35,23 @@ def pull_progress(label: str) -> Iterator[ProgressFn]:
         TransferSpeedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as bar:
-        tasks: dict[str, TaskID] = {}
+    bar: Progress | None = None
+    tasks: dict[str, TaskID] = {}
 
-        def update(phase: str, done: int, total: int | None) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(f"{label}: {_LABELS.get(phase, phase)}", total=total)
-            bar.update(tasks[phase], completed=done, total=total)
+    def update(phase: str, done: int, total: int | None) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = Progress(*columns, console=err, transient=True)
+            bar.start()
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(f"{label}: {_LABELS.get(phase, phase)}", total=total)
+        bar.update(tasks[phase], completed=done, total=total)
 
+    try:
         yield update
+    finally:
+        if bar is not None:
+            bar.stop()
 
 
 def model_path(settings: Settings) -> Path:

@@ -18,8 +18,8 @@ class CliState:
 
 
 STATE = CliState()
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def settings(flags: dict[str, Any]) -> Settings:

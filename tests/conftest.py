@@ -1,0 +1,51 @@
+"""Shared fixtures: the real default model, loaded once per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Models are pulled once into this home (CASCADE_TEST_HOME overrides); tests never re-download.
+MODEL_HOME = Path(os.environ.get("CASCADE_TEST_HOME", ROOT / ".cascade-test"))
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The default model file, pulled into MODEL_HOME on first use."""
+    from cascade_cli.registry import registry, resolve_model
+
+    old = os.environ.get("CASCADE_HOME")
+    os.environ["CASCADE_HOME"] = str(MODEL_HOME)
+    try:
+        default, _ = registry()
+        return resolve_model(default)
+    finally:
+        if old is None:
+            os.environ.pop("CASCADE_HOME", None)
+        else:
+            os.environ["CASCADE_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def model(model_path: Path) -> Iterator[object]:
+    """The default model, loaded once."""
+    from cascade_cli.engine import Model
+
+    with Model(model_path) as m:
+        yield m
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path) -> Path:
+    """An isolated CASCADE_HOME whose models/ already holds the default model (a symlink)."""
+    monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
+    for key in list(os.environ):
+        if key.startswith("CASCADE_") and key != "CASCADE_HOME":
+            monkeypatch.delenv(key)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / model_path.name).symlink_to(model_path)
+    return tmp_path

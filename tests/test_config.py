@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import pytest
+
+from cascade_cli.config import Settings, parse_size, resolve
+from cascade_cli.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("512MiB", 512 * 1024**2), ("2GB", 2 * 10**9), ("1048576", 1048576), ("1.5 KiB", 1536), (0, 0)],
+)
+def test_parse_size_units(text: object, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["-1MiB", "12 parsecs", "lots", True])
+def test_parse_size_rejects(text: object) -> None:
+    with pytest.raises(ConfigError):
+        parse_size(text)
+
+
+def test_precedence_defaults_file_env_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
+    assert resolve().block_size == Settings().block_size
+    (tmp_path / "cascade.toml").write_text('block_size = 256\ncompression = "q8"\nthreads = 3\n')
+    cfg = resolve()
+    assert (cfg.block_size, cfg.compression, cfg.threads) == (256, "q8", 3)
+    monkeypatch.setenv("CASCADE_BLOCK_SIZE", "128")
+    monkeypatch.setenv("CASCADE_MEMORY_CACHE_SIZE", "1GiB")
+    cfg = resolve()
+    assert (cfg.block_size, cfg.compression, cfg.memory_cache_size) == (128, "q8", 1024**3)
+    cfg = resolve({"block_size": "64", "compression": None})
+    assert (cfg.block_size, cfg.compression) == (64, "q8")
+
+
+def test_explicit_config_and_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
+    path = tmp_path / "other.toml"
+    path.write_text('[cascade]\ngpu_cache_size = "8k"\ndisk_cache_path = "~/kv"\n')
+    cfg = resolve(config_file=path)
+    assert cfg.gpu_cache_size == 8192
+    assert cfg.disk_cache_path == Path("~/kv").expanduser()
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ('compression = "zstd"', "compression"),
+        ('memory_cache_size = "-5MiB"', "negative"),
+        ("gpu_cache_size = 10", "below"),
+        ("colour = 1", "unknown setting"),
+        ("block_size = [", "not valid TOML"),
+    ],
+)
+def test_bad_config_values(tmp_path: Path, content: str, fragment: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        resolve(config_file=path)
+    assert fragment in info.value.one_line()
+
+
+def test_unreadable_and_missing_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        resolve(config_file=tmp_path)  # a directory
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve(config_file=tmp_path / "nope.toml")
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b"model = '\xff'\n")
+    with pytest.raises(ConfigError):
+        resolve(config_file=bad)
