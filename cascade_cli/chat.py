@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
@@ -63,7 +63,7 @@ class ChatSession:
         self.ctx.decode(todo, common, WINDOW_SEQ, logits="last")
         self.tokens.extend(todo)
 
-    def send(self, text: str) -> Iterator[str]:
+    def send(self, text: str) -> Generator[str, None, None]:
         """Add a user message and stream the reply. Raises ContextFullError before decoding."""
         prompt = self.model.apply_chat_template([*self.messages, ("user", text)])
         target = self.model.tokenize(prompt, add_special=True, parse_special=True)

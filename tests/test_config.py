@@ -8,7 +8,13 @@ from cascade_cli.errors import ConfigError
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("512MiB", 512 * 1024**2), ("2GB", 2 * 10**9), ("1048576", 1048576), ("1.5 KiB", 1536), (0, 0)],
+    [
+        ("512MiB", 512 * 1024**2),
+        ("2GB", 2 * 10**9),
+        ("1048576", 1048576),
+        ("1.5 KiB", 1536),
+        (0, 0),
+    ],
 )
 def test_parse_size_units(text: object, expected: int) -> None:
     assert parse_size(text) == expected
@@ -20,7 +26,9 @@ def test_parse_size_rejects(text: object) -> None:
         parse_size(text)
 
 
-def test_precedence_defaults_file_env_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_defaults_file_env_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
     assert resolve().block_size == Settings().block_size
     (tmp_path / "cascade.toml").write_text('block_size = 256\ncompression = "q8"\nthreads = 3\n')

@@ -20,7 +20,7 @@ HELP = 'Commands: /exit, /reset, /help. End a line with \\ to continue it; \'"""
 def _read_message(first: str) -> str | None:
     """Collect a possibly multi-line message starting with `first` (interactive only)."""
     if first.strip() == '"""':
-        lines = []
+        lines: list[str] = []
         while True:
             line = input("... ")
             if line.strip() == '"""':

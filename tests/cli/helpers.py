@@ -9,7 +9,11 @@ from pathlib import Path
 
 
 def run_cli(
-    args: list[str], home: Path, stdin: str = "", timeout: float = 300, env: dict[str, str] | None = None
+    args: list[str],
+    home: Path,
+    stdin: str = "",
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m cascade_cli ARGS` with CASCADE_HOME=home."""
     full_env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_THREADS": "2", **(env or {})}

@@ -28,7 +28,9 @@ def test_chat_reset_and_exit_commands(home: Path) -> None:
 def test_full_window_is_reported_not_crashed(home: Path) -> None:
     long_message = "word " * 400
     proc = run_cli(
-        ["chat", "--gpu-cache-size", "128", "--max-tokens", "8"], home, stdin=long_message + "\nhi\n"
+        ["chat", "--gpu-cache-size", "128", "--max-tokens", "8"],
+        home,
+        stdin=long_message + "\nhi\n",
     )
     assert "context window is full" in proc.stderr
     assert "Traceback" not in proc.stderr

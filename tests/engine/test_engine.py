@@ -1,3 +1,4 @@
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +30,9 @@ def kl(p_logits: npt.NDArray[np.float32], q_logits: npt.NDArray[np.float32]) -> 
 
 
 @pytest.fixture(scope="module")
-def ctx(model: Model) -> Context:
-    c = Context(model, n_ctx=2048, n_seq_max=4, n_batch=256, n_threads=2, flash_attn="off")
-    yield c  # type: ignore[misc]
-    c.close()
+def ctx(model: Model) -> Iterator[Context]:
+    with Context(model, n_ctx=2048, n_seq_max=4, n_batch=256, n_threads=2, flash_attn="off") as c:
+        yield c
 
 
 def test_tokenize_roundtrip_and_template(model: Model) -> None:
