@@ -71,11 +71,29 @@ def write_durable(path: Path, data: bytes | bytearray | memoryview) -> None:
     fsync_dir(path.parent)
 
 
-def read_exact(path: Path, size: int) -> bytearray:
+def read_exact(path: Path, size: int) -> bytes:
     """Read exactly ``size`` bytes; raise EOFError if the file is shorter or longer."""
-    buf = bytearray(size)
-    read_into(path, memoryview(buf))
-    return buf
+    with path.open("rb", buffering=0) as fh:
+        data = fh.readall() if size == 0 else _read_n(fh.fileno(), size + 1)
+    if len(data) != size:
+        raise EOFError(f"{path}: expected {size} bytes, found {len(data)}")
+    return data
+
+
+def _read_n(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes (fewer only at end of file)."""
+    first = os.read(fd, n)
+    if len(first) == n or not first:
+        return first
+    parts = [first]
+    got = len(first)
+    while got < n:
+        more = os.read(fd, n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 def read_into(path: Path, out: memoryview) -> None:

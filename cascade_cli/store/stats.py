@@ -121,13 +121,13 @@ class StatsSource(Protocol):
     """What snapshot() needs from a store (DiskStore satisfies it)."""
 
     @property
-    def conn(self) -> sqlite3.Connection: ...  # noqa: D102
+    def conn(self) -> sqlite3.Connection: ...
 
     @property
-    def stats(self) -> Stats: ...  # noqa: D102
+    def stats(self) -> Stats: ...
 
     @property
-    def lock(self) -> threading.RLock: ...  # noqa: D102
+    def lock(self) -> threading.RLock: ...
 
 
 def owners(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -1,0 +1,187 @@
+"""Read-ahead and write-back between the disk tier and the RAM tier, on small thread pools.
+
+The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the codec's own
+``encode``) and ``decode(payload, meta) -> state`` (e.g. ``lambda p, m: codec.decode(p, None)``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from cascade_cli.store.disk import DiskStore
+from cascade_cli.store.lru import RamCache
+from cascade_cli.store.records import ChunkMeta
+
+Encode = Callable[[Any, str], bytes]
+Decode = Callable[[bytes, ChunkMeta], Any]
+
+
+class Pager:
+    """Prefetch (read + verify + decode ahead of need) and write-back (encode + fsync off-thread).
+
+    ``get`` serves from RAM, else waits on an in-flight prefetch, else loads synchronously.
+    ``save`` returns at once; at most ``max_pending`` saves are queued or running (further calls
+    block), a failed save is re-raised by the next ``save`` or by ``flush``.
+    """
+
+    def __init__(
+        self,
+        disk: DiskStore,
+        ram: RamCache,
+        encode: Encode,
+        decode: Decode,
+        *,
+        readers: int = 2,
+        writers: int = 2,
+        max_pending: int = 4,
+        max_prefetch: int = 16,
+    ) -> None:
+        self.disk = disk
+        self.ram = ram
+        self._encode = encode
+        self._decode = decode
+        self.max_prefetch = max_prefetch
+        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="cascade-read")
+        self._writers = ThreadPoolExecutor(writers, thread_name_prefix="cascade-write")
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._lock = threading.Lock()
+        self._reading: dict[str, Future[tuple[Any, bool]]] = {}
+        self._saving: dict[str, Future[ChunkMeta]] = {}
+        self._errors: list[BaseException] = []
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def prefetch(self, keys: Iterable[str]) -> int:
+        """Start loading the chunks ``keys`` will need next (in that order); returns how many
+        loads were started. Keys already in RAM or in flight are skipped; finished loads of keys
+        no longer wanted are dropped. At most ``max_prefetch`` loads are held at once.
+        """
+        wanted = list(dict.fromkeys(keys))
+        started = 0
+        with self._lock:
+            keep = set(wanted)
+            for key in [k for k, f in self._reading.items() if f.done() and k not in keep]:
+                del self._reading[key]
+            for key in wanted:
+                if len(self._reading) >= self.max_prefetch:
+                    break
+                if key in self._reading or key in self.ram:
+                    continue
+                fut = self._readers.submit(self._load, key)
+                self._reading[key] = fut
+                fut.add_done_callback(partial(self._loaded, key))
+                started += 1
+        return started
+
+    def get(self, key: str) -> Any:
+        """The ready state of ``key``; raises NotFoundError / CorruptChunkError from the disk."""
+        with self._lock:
+            fut = self._reading.pop(key, None)
+        if fut is not None:
+            return fut.result()[0]
+        state = self.ram.get(key)
+        if state is not None:
+            return state
+        return self._load(key)[0]
+
+    def _load(self, key: str) -> tuple[Any, bool]:
+        with self._lock:
+            pending = self._saving.get(key)
+        if pending is not None:
+            wait([pending])
+        payload = self.disk.get(key)
+        state = self._decode(payload, self.disk.meta(key))
+        return state, self.ram.put(key, state)
+
+    def _loaded(self, key: str, fut: Future[tuple[Any, bool]]) -> None:
+        """Drop a finished load from the in-flight map once its state sits in RAM."""
+        if fut.cancelled() or fut.exception() is not None or not fut.result()[1]:
+            return  # keep it: get() will consume the result or raise the error
+        with self._lock:
+            if self._reading.get(key) is fut:
+                del self._reading[key]
+
+    def cancel(self) -> None:
+        """Forget every prefetch not yet consumed (running ones finish and fill RAM)."""
+        with self._lock:
+            for fut in self._reading.values():
+                fut.cancel()
+            self._reading.clear()
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def save(self, meta: ChunkMeta, blob: Any, *, cache: bool = False) -> None:
+        """Queue ``blob`` to be encoded with ``meta.scheme`` and saved; blocks while
+        ``max_pending`` saves are outstanding. ``cache`` also keeps ``blob`` in RAM as ready.
+        """
+        self._raise_first()
+        self._slots.acquire()
+        try:
+            with self._lock:
+                prev = self._saving.get(meta.key)
+                fut = self._writers.submit(self._store, meta, blob, prev)
+                self._saving[meta.key] = fut
+        except BaseException:
+            self._slots.release()
+            raise
+        fut.add_done_callback(partial(self._saved, meta.key))
+        if cache:
+            self.ram.put(meta.key, blob)
+        else:
+            self.ram.pop(meta.key)  # any cached state is stale now
+
+    def _store(self, meta: ChunkMeta, blob: Any, prev: Future[ChunkMeta] | None) -> ChunkMeta:
+        try:
+            if prev is not None:
+                wait([prev])  # same key: keep saves in order (its error is reported on its own)
+            return self.disk.put(meta, self._encode(blob, meta.scheme))
+        except BaseException as exc:
+            with self._lock:  # recorded before the future completes, so flush() sees it
+                self._errors.append(exc)
+            raise
+
+    def _saved(self, key: str, fut: Future[ChunkMeta]) -> None:
+        self._slots.release()
+        with self._lock:
+            if self._saving.get(key) is fut:
+                del self._saving[key]
+
+    def _raise_first(self) -> None:
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if errors:
+            raise errors[0]
+
+    def flush(self) -> None:
+        """Wait for every queued save, persist disk access times and stats, re-raise the first
+        save error (further errors of the same flush are dropped)."""
+        with self._lock:
+            futures = list(self._saving.values())
+        wait(futures)
+        self._raise_first()
+        self.disk.flush()
+
+    def close(self) -> None:
+        """Flush, then stop the worker threads (the DiskStore stays open)."""
+        try:
+            self.flush()
+        finally:
+            self.cancel()
+            self._readers.shutdown(wait=True)
+            self._writers.shutdown(wait=True)
+
+    def __enter__(self) -> Pager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
