@@ -1,0 +1,27 @@
+"""KV cache chunk codec: parse llama.cpp state blobs, quantize them, rebuild them in place.
+
+Pure numpy plus optional ggml kernels via ctypes (see kv.native.configure); no file I/O and no
+llama_cpp import. Payload format: see kv.codec.
+"""
+
+from cascade_cli.kv.blob import BlobHeader, KVBlob, blob_size, header, parse, serialize
+from cascade_cli.kv.codec import SCHEMES, Spec, decode, decoded_size, encode, encode_spec, info
+from cascade_cli.kv.native import available, configure
+
+__all__ = [
+    "SCHEMES",
+    "BlobHeader",
+    "KVBlob",
+    "Spec",
+    "available",
+    "blob_size",
+    "configure",
+    "decode",
+    "decoded_size",
+    "encode",
+    "encode_spec",
+    "header",
+    "info",
+    "parse",
+    "serialize",
+]

@@ -77,7 +77,7 @@ class KVBlob:
         return self.v[layer].T if self.header.v_trans else self.v[layer]
 
 
-class _Reader:
+class Reader:
     def __init__(self, buf: U8) -> None:
         self.buf = buf
         self.off = 0
@@ -86,7 +86,7 @@ class _Reader:
         size = struct.calcsize(fmt)
         if self.off + size > self.buf.nbytes:
             raise CodecError(f"KV blob truncated at byte {self.off} of {self.buf.nbytes}")
-        vals = struct.unpack_from(fmt, self.buf, self.off)
+        vals = struct.unpack_from(fmt, self.buf.data, self.off)
         self.off += size
         return vals
 
@@ -98,7 +98,7 @@ class _Reader:
         return out
 
 
-def _read_meta(r: _Reader) -> tuple[int, npt.NDArray[np.int32], tuple[tuple[int, ...], ...]]:
+def read_meta(r: Reader) -> tuple[int, npt.NDArray[np.int32], tuple[tuple[int, ...], ...]]:
     magic, seq_id, n_stream = r.take("<IiI")
     if magic != MAGIC:
         raise CodecError(f"not a llama.cpp sequence state (magic {magic:#x})")
@@ -123,7 +123,7 @@ def _read_meta(r: _Reader) -> tuple[int, npt.NDArray[np.int32], tuple[tuple[int,
     return seq_id, positions, tuple(seqs)
 
 
-def _read_dims(r: _Reader, n_cells: int) -> tuple[bool, int]:
+def _read_dims(r: Reader, n_cells: int) -> tuple[bool, int]:
     if n_cells == 0:
         return False, 0
     v_trans, n_layer = r.take("<II")
@@ -143,7 +143,7 @@ def parse(blob: BlobLike) -> KVBlob:
     return KVBlob(hdr, tuple(k), tuple(v))
 
 
-def _layer_k(r: _Reader, n_cells: int) -> tuple[int, U8]:
+def _layer_k(r: Reader, n_cells: int) -> tuple[int, U8]:
     ktype, row_size = r.take("<iQ")
     if ktype != GGML_TYPE_F16:
         raise CodecError(f"KV blobs with K type {ktype} are not supported (need f16)")
@@ -152,7 +152,7 @@ def _layer_k(r: _Reader, n_cells: int) -> tuple[int, U8]:
     return row_size // F16_SIZE, r.array(row_size * n_cells)
 
 
-def _layer_v(r: _Reader, n_cells: int, v_trans: bool) -> tuple[int, U8]:
+def _layer_v(r: Reader, n_cells: int, v_trans: bool) -> tuple[int, U8]:
     if v_trans:
         vtype, el_size, n_embd = r.take("<iII")
         if vtype != GGML_TYPE_F16 or el_size != F16_SIZE:
@@ -167,8 +167,8 @@ def _layer_v(r: _Reader, n_cells: int, v_trans: bool) -> tuple[int, U8]:
 
 
 def _parse(buf: U8, with_kv: bool) -> tuple[BlobHeader, list[F16], list[F16]]:
-    r = _Reader(buf)
-    seq_id, positions, seqs = _read_meta(r)
+    r = Reader(buf)
+    seq_id, positions, seqs = read_meta(r)
     n_cells = positions.shape[0]
     v_trans, n_layer = _read_dims(r, n_cells)
     meta = bytes(buf[: r.off])
@@ -177,9 +177,9 @@ def _parse(buf: U8, with_kv: bool) -> tuple[BlobHeader, list[F16], list[F16]]:
     n_embd_k = n_embd_v = 0
     if n_layer and not with_kv:
         # Cheap path: read the first K and first V section headers only.
-        n_embd_k, _ = _layer_k(_Reader(buf[r.off : r.off + 12]), 0)
+        n_embd_k, _ = _layer_k(Reader(buf[r.off : r.off + 12]), 0)
         v_off = r.off + n_layer * (12 + n_cells * n_embd_k * F16_SIZE)
-        n_embd_v, _ = _layer_v(_Reader(buf[v_off : v_off + 12]), 0, v_trans)
+        n_embd_v, _ = _layer_v(Reader(buf[v_off : v_off + 12]), 0, v_trans)
     for i in range(n_layer if with_kv else 0):
         width, raw = _layer_k(r, n_cells)
         n_embd_k = width if i == 0 else n_embd_k
@@ -223,18 +223,19 @@ def layout(hdr: BlobHeader, out: U8) -> tuple[list[F16], list[F16]]:
     n = hdr.n_cells
     ks: list[F16] = []
     vs: list[F16] = []
+    mv = out.data
     for _ in range(hdr.n_layer):
-        struct.pack_into("<iQ", out, off, GGML_TYPE_F16, hdr.n_embd_k * F16_SIZE)
+        struct.pack_into("<iQ", mv, off, GGML_TYPE_F16, hdr.n_embd_k * F16_SIZE)
         off += 12
         nb = n * hdr.n_embd_k * F16_SIZE
         ks.append(out[off : off + nb].view(np.float16).reshape(n, hdr.n_embd_k))
         off += nb
     for _ in range(hdr.n_layer):
         if hdr.v_trans:
-            struct.pack_into("<iII", out, off, GGML_TYPE_F16, F16_SIZE, hdr.n_embd_v)
+            struct.pack_into("<iII", mv, off, GGML_TYPE_F16, F16_SIZE, hdr.n_embd_v)
             shape = (hdr.n_embd_v, n)
         else:
-            struct.pack_into("<iQ", out, off, GGML_TYPE_F16, hdr.n_embd_v * F16_SIZE)
+            struct.pack_into("<iQ", mv, off, GGML_TYPE_F16, hdr.n_embd_v * F16_SIZE)
             shape = (n, hdr.n_embd_v)
         off += 12
         nb = n * hdr.n_embd_v * F16_SIZE

@@ -1,0 +1,280 @@
+"""Encode a KV blob into a compact payload and decode it straight back into a blob buffer.
+
+Recipe (KIVI): keys are quantized per channel (groups run along the token axis, i.e. rows of
+K^T), values per token (groups run along channels). Optional extras per scheme: a 64-point
+Hadamard rotation of channels before quantizing (spreads outlier channels), and per-channel key
+centering (the f16 mean over the chunk's tokens is stored and subtracted).
+
+Payload format (little-endian), version 1::
+
+    offset 0  4s   magic b"CKVP"
+              u8   version (1)
+              u8   scheme id (0 none, 1 q8, 2 q4, 3 q2)
+              u8   K format id, u8 V format id  (see FORMAT_IDS; 0 = raw f16)
+              u8   flags: 1 = Hadamard-rotated K, 2 = Hadamard-rotated V, 4 = centered K
+              3x   padding
+              u32  meta_len, u32 n_cells, u32 n_layer, u32 n_embd_k, u32 n_embd_v, u32 v_trans
+    40        meta_len bytes: the blob's bytes before the first K section, verbatim
+              (magic, seq id, stream count, per-cell positions and sequence ids, v_trans, n_layer)
+    scheme none: the rest of the blob verbatim (so decode is byte-identical)
+    otherwise, per layer: [n_embd_k f16 channel means if flag 4] K blocks, then per layer V blocks.
+      K blocks: K^T (n_embd_k, n_cells) edge-padded along tokens to a multiple of the format's
+      group, flattened, zero-padded to a whole number of blocks. V blocks: V (n_cells, n_embd_v)
+      edge-padded along channels likewise. Block layouts are ggml's (kv.quant).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from cascade_cli.errors import CodecError
+from cascade_cli.kv import blob as kvblob
+from cascade_cli.kv import native
+from cascade_cli.kv.quant import FORMATS, Format
+
+PAYLOAD_MAGIC = b"CKVP"
+VERSION = 1
+_HEAD = struct.Struct("<4sBBBBB3xIIIIII")
+FORMAT_IDS = {"f16": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3, "q2_K": 4, "q3_K": 5, "q5_0": 6}
+_FORMAT_NAMES = {v: k for k, v in FORMAT_IDS.items()}
+ROT_K, ROT_V, CENTER_K = 1, 2, 4
+HADAMARD = 64
+
+F32 = npt.NDArray[np.float32]
+U8 = npt.NDArray[np.uint8]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one scheme quantizes: block formats for K and V plus preconditioning flags."""
+
+    k_fmt: str
+    v_fmt: str
+    flags: int = 0
+
+
+SCHEMES: dict[str, tuple[int, Spec | None]] = {
+    "none": (0, None),
+    "q8": (1, Spec("q8_0", "q8_0", CENTER_K)),
+    "q4": (2, Spec("q5_0", "q4_0", ROT_V | CENTER_K)),
+    "q2": (3, Spec("q3_K", "q2_K", ROT_K | ROT_V | CENTER_K)),
+}
+
+
+def _hadamard(n: int) -> F32:
+    h = np.ones((1, 1), dtype=np.float32)
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return (h / np.sqrt(np.float32(n))).astype(np.float32)
+
+
+_H = _hadamard(HADAMARD)
+
+
+def _rotate(x: F32) -> F32:
+    """Apply the (self-inverse) block Hadamard to the last axis of a (rows, width) array."""
+    rows, width = x.shape
+    return (x.reshape(rows, width // HADAMARD, HADAMARD) @ _H).reshape(rows, width)
+
+
+def _padded(length: int, fmt: Format) -> int:
+    return -(-length // fmt.group) * fmt.group
+
+
+def _section_values(rows: int, length: int, fmt: Format) -> int:
+    total = rows * _padded(length, fmt)
+    return -(-total // fmt.block) * fmt.block
+
+
+def _flatten(x: F32, fmt: Format) -> F32:
+    """Edge-pad the last axis to a group multiple, flatten, zero-pad to whole blocks."""
+    rows, length = x.shape
+    pad = _padded(length, fmt) - length
+    if pad:
+        x = np.pad(x, ((0, 0), (0, pad)), mode="edge")
+    flat = x.reshape(-1)
+    extra = _section_values(rows, length, fmt) - flat.size
+    return np.concatenate([flat, np.zeros(extra, dtype=np.float32)]) if extra else flat
+
+
+def _unflatten(flat: F32, rows: int, length: int, fmt: Format) -> F32:
+    return flat[: rows * _padded(length, fmt)].reshape(rows, -1)[:, :length]
+
+
+def _pmap(fn: Callable[[int], T], n: int) -> list[T]:
+    workers = min(n, os.cpu_count() or 1)
+    if workers <= 1:
+        return [fn(i) for i in range(n)]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, range(n)))
+
+
+def _spec_flags(spec: Spec, hdr: kvblob.BlobHeader) -> int:
+    flags = spec.flags
+    if hdr.n_embd_k % HADAMARD:
+        flags &= ~ROT_K
+    if hdr.n_embd_v % HADAMARD:
+        flags &= ~ROT_V
+    return flags
+
+
+def encode(blob: kvblob.BlobLike, scheme: str = "q8", native_kernels: bool = True) -> bytes:
+    """Compress a state blob with a named scheme ('none', 'q8', 'q4', 'q2')."""
+    if scheme not in SCHEMES:
+        raise CodecError(f"unknown KV scheme {scheme!r}; pick one of {', '.join(SCHEMES)}")
+    sid, spec = SCHEMES[scheme]
+    return encode_spec(blob, spec, sid, native_kernels)
+
+
+def encode_spec(
+    blob: kvblob.BlobLike, spec: Spec | None, scheme_id: int = 255, native_kernels: bool = True
+) -> bytes:
+    """Compress with an explicit Spec (None = verbatim f16)."""
+    buf = kvblob.as_u8(blob)
+    kv = kvblob.parse(buf)
+    hdr = kv.header
+    if spec is None or hdr.n_layer == 0:
+        head = _pack_head(0 if spec is None else scheme_id, "f16", "f16", 0, hdr)
+        return head + bytes(buf[len(hdr.meta) :])
+    kf, vf = FORMATS[spec.k_fmt], FORMATS[spec.v_fmt]
+    flags = _spec_flags(spec, hdr)
+    nat = native_kernels
+
+    def enc_k(layer: int) -> bytes:
+        k = native.to_f32(kv.k[layer], nat)
+        if flags & ROT_K:
+            k = _rotate(k)
+        head = b""
+        if flags & CENTER_K:
+            mean = k.mean(axis=0).astype(np.float16)
+            k = k - mean.astype(np.float32)
+            head = mean.tobytes()
+        return (
+            head + native.quantize(kf.name, _flatten(np.ascontiguousarray(k.T), kf), nat).tobytes()
+        )
+
+    def enc_v(layer: int) -> bytes:
+        v = kv.v[layer]
+        v32 = native.to_f32(v, nat)
+        if hdr.v_trans:
+            v32 = np.ascontiguousarray(v32.T)
+        if flags & ROT_V:
+            v32 = _rotate(v32)
+        return native.quantize(vf.name, _flatten(v32, vf), nat).tobytes()
+
+    parts = _pmap(enc_k, hdr.n_layer) + _pmap(enc_v, hdr.n_layer)
+    head = _pack_head(scheme_id, spec.k_fmt, spec.v_fmt, flags, hdr)
+    return b"".join([head, *parts])
+
+
+def _pack_head(sid: int, kf: str, vf: str, flags: int, hdr: kvblob.BlobHeader) -> bytes:
+    fields = (len(hdr.meta), hdr.n_cells, hdr.n_layer, hdr.n_embd_k, hdr.n_embd_v)
+    head = _HEAD.pack(
+        PAYLOAD_MAGIC, VERSION, sid, FORMAT_IDS[kf], FORMAT_IDS[vf], flags, *fields, hdr.v_trans
+    )
+    return head + hdr.meta
+
+
+@dataclass(frozen=True)
+class PayloadInfo:
+    """A parsed payload header."""
+
+    scheme_id: int
+    k_fmt: str
+    v_fmt: str
+    flags: int
+    header: kvblob.BlobHeader
+    body: int  # offset of the first byte after the metadata
+
+
+def info(payload: kvblob.BlobLike) -> PayloadInfo:
+    """Parse a payload's header (cheap)."""
+    buf = kvblob.as_u8(payload)
+    if buf.nbytes < _HEAD.size:
+        raise CodecError("KV payload truncated")
+    magic, ver, sid, kid, vid, flags, meta_len, _, n_layer, ek, ev, vt = _HEAD.unpack_from(buf.data)
+    if magic != PAYLOAD_MAGIC:
+        raise CodecError("not a cascade KV payload")
+    if ver != VERSION:
+        raise CodecError(f"KV payload version {ver} is not supported (need {VERSION})")
+    if kid not in _FORMAT_NAMES or vid not in _FORMAT_NAMES:
+        raise CodecError(f"KV payload uses unknown formats {kid}/{vid}")
+    body = _HEAD.size + meta_len
+    if buf.nbytes < body:
+        raise CodecError("KV payload truncated")
+    meta = buf[_HEAD.size : body]
+    seq_id, positions, seqs = kvblob.read_meta(kvblob.Reader(meta))
+    hdr = kvblob.BlobHeader(seq_id, positions, seqs, bytes(meta), bool(vt), n_layer, ek, ev)
+    return PayloadInfo(sid, _FORMAT_NAMES[kid], _FORMAT_NAMES[vid], flags, hdr, body)
+
+
+def decoded_size(payload: kvblob.BlobLike) -> int:
+    """Bytes of the blob `decode` will produce."""
+    return kvblob.blob_size(info(payload).header)
+
+
+def decode(payload: kvblob.BlobLike, out: U8 | None = None, native_kernels: bool = True) -> U8:
+    """Rebuild a ready-to-restore blob into `out` (or a new array); returns the filled view."""
+    buf = kvblob.as_u8(payload)
+    pi = info(buf)
+    hdr = pi.header
+    size = kvblob.blob_size(hdr)
+    if out is None:
+        out = np.empty(size, dtype=np.uint8)
+    if out.nbytes < size:
+        raise CodecError(f"output buffer too small: {out.nbytes} < {size}")
+    if pi.k_fmt == "f16":
+        rest = buf[pi.body :]
+        if len(hdr.meta) + rest.nbytes != size:
+            raise CodecError("KV payload truncated")
+        out[: len(hdr.meta)] = np.frombuffer(hdr.meta, dtype=np.uint8)
+        out[len(hdr.meta) : size] = rest
+        return out[:size]
+    _decode_kv(buf, pi, out, native_kernels)
+    return out[:size]
+
+
+def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool) -> None:
+    hdr = pi.header
+    n, ek, ev, flags = hdr.n_cells, hdr.n_embd_k, hdr.n_embd_v, pi.flags
+    kf, vf = FORMATS[pi.k_fmt], FORMATS[pi.v_fmt]
+    mean_bytes = ek * 2 if flags & CENTER_K else 0
+    k_bytes = mean_bytes + kf.size(_section_values(ek, n, kf))
+    v_bytes = vf.size(_section_values(n, ev, vf))
+    if buf.nbytes != pi.body + hdr.n_layer * (k_bytes + v_bytes):
+        raise CodecError("KV payload size does not match its header")
+    ks, vs = kvblob.layout(hdr, out)
+    v0 = pi.body + hdr.n_layer * k_bytes
+
+    def dec_k(layer: int) -> None:
+        off = pi.body + layer * k_bytes
+        kt = _unflatten(
+            native.dequantize(kf.name, buf[off + mean_bytes : off + k_bytes], None, nat), ek, n, kf
+        )
+        if mean_bytes:
+            mean = buf[off : off + mean_bytes].view(np.float16).astype(np.float32)
+            kt = kt + mean[:, None]
+        k = np.ascontiguousarray(kt.T)
+        if flags & ROT_K:
+            k = _rotate(k)
+        native.to_f16(k, ks[layer], nat)
+
+    def dec_v(layer: int) -> None:
+        off = v0 + layer * v_bytes
+        v = _unflatten(native.dequantize(vf.name, buf[off : off + v_bytes], None, nat), n, ev, vf)
+        if flags & ROT_V:
+            v = _rotate(np.ascontiguousarray(v))
+        v = np.ascontiguousarray(v.T if hdr.v_trans else v)
+        native.to_f16(v, vs[layer], nat)
+
+    _pmap(dec_k, hdr.n_layer)
+    _pmap(dec_v, hdr.n_layer)
