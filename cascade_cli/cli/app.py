@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cascade_cli import __version__
-from cascade_cli.cli import chat, models
+from cascade_cli.cli import ask, chat, docs, ingest, models, stats
 from cascade_cli.cli.state import STATE, err
 from cascade_cli.errors import CascadeError
 
@@ -20,8 +20,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("ingest")(ingest.ingest_cmd)
+app.command("ask")(ask.ask_cmd)
 app.command("chat")(chat.chat)
+app.command("docs")(docs.docs)
+app.command("rm")(docs.rm)
 app.add_typer(models.app, name="models")
+app.command("stats")(stats.stats)
 
 
 def _version(value: bool) -> None:

@@ -41,3 +41,9 @@ FlashAttn = Annotated[
 def flags(**values: Any) -> dict[str, Any]:
     """Drop unset flags so lower layers (env, file, defaults) apply."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+DiskCacheBudget = Annotated[
+    str | None,
+    typer.Option("--disk-cache-budget", help="Cap on the disk tier (0 = none), e.g. 20GB."),
+]

@@ -90,6 +90,10 @@ class Model:
         return int(ll.llama_model_n_ctx_train(self.handle))
 
     @property
+    def rope_type(self) -> int:
+        return int(ll.llama_model_rope_type(self.handle))
+
+    @property
     def n_vocab(self) -> int:
         return int(ll.llama_vocab_n_tokens(self.vocab))
 

@@ -18,6 +18,7 @@ class SamplerSettings:
     top_k: int = 40
     top_p: float = 0.95
     seed: int = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: random
+    repeat_penalty: float = 1.1  # over the last 64 tokens; 1.0 = off
 
 
 class Sampler:
@@ -29,6 +30,11 @@ class Sampler:
         if not chain:
             raise EngineError("could not create a sampler chain")
         self._h: ll.llama_sampler_p | None = chain
+        if settings.repeat_penalty != 1.0:
+            # The binding declares a leading n_vocab that the C function (last_n, repeat, freq,
+            # present) no longer has; passing last_n in both int slots is right for either.
+            penalties = ll.llama_sampler_init_penalties(64, 64, settings.repeat_penalty, 0.0, 0.0)
+            ll.llama_sampler_chain_add(chain, penalties)
         if settings.temperature <= 0:
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
         else:

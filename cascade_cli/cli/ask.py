@@ -1,0 +1,90 @@
+"""`cascade ask DOC QUESTION`: page the relevant chunks in and stream the answer."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from cascade_cli.cli import options as opt
+from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.state import err, out, settings
+from cascade_cli.engine import SamplerSettings
+from cascade_cli.errors import InputError
+from cascade_cli.paging.ask import AskResult, ask
+from cascade_cli.paging.library import Library
+from cascade_cli.recall import RECALL_MODES
+
+
+def ask_cmd(
+    doc: Annotated[str, typer.Argument(help="Ingested document name, or its file path.")],
+    question: Annotated[str, typer.Argument(help="The question.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    top_k: Annotated[
+        int, typer.Option("--top-k", help="Best-matching chunks (plus neighbours).", min=1)
+    ] = 2,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
+    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
+    recall: Annotated[str, typer.Option("--recall", help="bm25, keys or hybrid.")] = "hybrid",
+    gpu_cache_size: opt.GpuCacheSize = None,
+    memory_cache_size: opt.MemoryCacheSize = None,
+    disk_cache_path: opt.DiskCachePath = None,
+    model: opt.Model = None,
+    gpu_layers: opt.GpuLayers = None,
+    threads: opt.Threads = None,
+    flash_attn: opt.FlashAttn = None,
+) -> None:
+    """Answer a question about an ingested document."""
+    if recall not in RECALL_MODES:
+        raise InputError(f"unknown recall {recall!r}", f"Use one of: {', '.join(RECALL_MODES)}.")
+    if not question.strip():
+        raise InputError("the question is empty", "Ask something.")
+    cfg = settings(
+        opt.flags(
+            gpu_cache_size=gpu_cache_size,
+            memory_cache_size=memory_cache_size,
+            disk_cache_path=disk_cache_path,
+            model=model,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            flash_attn=flash_attn,
+        )
+    )
+    sampling = SamplerSettings(temperature=temperature, seed=0xFFFFFFFF if seed is None else seed)
+    with (
+        open_model(cfg) as m,
+        open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,
+        Library(cfg, ctx) as lib,
+    ):
+        document = lib.find(doc)
+        result = AskResult(doc=document.name)
+        stream = ask(
+            ctx,
+            lib,
+            document,
+            question,
+            result,
+            window=cfg.gpu_cache_size,
+            mode=recall,
+            top_k=top_k,
+            max_tokens=max_tokens,
+            sampling=sampling,
+        )
+        for piece in stream:
+            if not as_json:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    if as_json:
+        data = asdict(result)
+        out.print_json(json.dumps({"answer": data.pop("answer"), **data}))
+    else:
+        sys.stdout.write("\n")
+        t = result.timings
+        err.print(
+            f"[dim]{len(result.chunks)} chunks ({t['restored_tokens']} tokens) restored in "
+            f"{t['restore_s']:.2f}s · first token {t['ttft_s']:.2f}s · {t['tokens_per_s']:.1f} tok/s[/dim]"
+        )

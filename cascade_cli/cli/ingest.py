@@ -1,0 +1,97 @@
+"""`cascade ingest FILE...`: stream files through the model and store their KV chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from cascade_cli.cli import options as opt
+from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.state import err, out, settings
+from cascade_cli.errors import InputError
+from cascade_cli.paging.ingest import IngestStatus, ingest
+from cascade_cli.paging.library import Library
+
+
+def ingest_cmd(
+    files: Annotated[list[Path], typer.Argument(help="Text or Markdown files to ingest.")],
+    name: Annotated[
+        str | None, typer.Option("--name", help="Name to store the document under (one file).")
+    ] = None,
+    encoding: Annotated[
+        str, typer.Option("--encoding", help="Text encoding of the files.")
+    ] = "utf-8",
+    block_size: opt.BlockSize = None,
+    compression: opt.Compression = None,
+    gpu_cache_size: opt.GpuCacheSize = None,
+    memory_cache_size: opt.MemoryCacheSize = None,
+    disk_cache_path: opt.DiskCachePath = None,
+    disk_cache_budget: opt.DiskCacheBudget = None,
+    model: opt.Model = None,
+    gpu_layers: opt.GpuLayers = None,
+    threads: opt.Threads = None,
+    flash_attn: opt.FlashAttn = None,
+) -> None:
+    """Ingest files into the store; an interrupted ingest resumes when run again."""
+    if name and len(files) > 1:
+        raise InputError(
+            "--name needs exactly one file", "Ingest files one at a time to name them."
+        )
+    for f in files:
+        if not f.is_file():
+            raise InputError(f"{f} is not a readable file", "Check the path.")
+    cfg = settings(
+        opt.flags(
+            block_size=block_size,
+            compression=compression,
+            gpu_cache_size=gpu_cache_size,
+            memory_cache_size=memory_cache_size,
+            disk_cache_path=disk_cache_path,
+            disk_cache_budget=disk_cache_budget,
+            model=model,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            flash_attn=flash_attn,
+        )
+    )
+    with (
+        open_model(cfg) as m,
+        open_context(cfg, m, extra_tokens=cfg.block_size) as ctx,
+        Library(cfg, ctx) as lib,
+    ):
+        if lib.disk.repair_report.repaired:
+            err.print(f"[yellow]store repaired:[/yellow] {lib.disk.repair_report.summary()}")
+        for path in files:
+            doc_name = name or path.stem
+            columns = (
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.percentage:>3.0f}%"),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            with Progress(*columns, console=err, transient=False) as bar:
+                task = bar.add_task(doc_name, total=1, info="")
+
+                def update(s: IngestStatus, task: TaskID = task) -> None:
+                    rate = (s.tokens - s.resumed_from * cfg.block_size) / max(s.elapsed, 1e-9)
+                    info = f"{s.tokens} tok · {s.chunks} chunks · {rate:.0f} tok/s · "
+                    info += f"{s.bytes_on_disk / 2**20:.1f} MiB"
+                    bar.update(task, total=s.chars_total, completed=s.chars_done, info=info)
+
+                doc = ingest(ctx, lib, path, doc_name, encoding, update)
+            out.print(
+                f"ingested [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "
+                f"{doc.chunks} chunks, {doc.scheme}"
+            )

@@ -1,0 +1,108 @@
+"""`cascade stats`: per-tier counters and latencies, and per-document sizes."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cascade_cli.cli import options as opt
+from cascade_cli.cli.state import out, settings
+from cascade_cli.errors import NotFoundError
+from cascade_cli.paging import catalog
+from cascade_cli.store import DiskStore, snapshot
+from cascade_cli.store.stats import TIERS
+
+
+def collect(path_flag: Any = None) -> dict[str, Any]:
+    """The stats document printed by --json (keys documented in the README)."""
+    cfg = settings(opt.flags(disk_cache_path=path_flag))
+    try:
+        store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
+    except NotFoundError:
+        empty = {n: 0 for n in ("hits", "misses", "bytes_read", "bytes_written", "evictions")}
+        return {
+            "store": str(cfg.disk_cache_path),
+            "tiers": {t: dict(empty) for t in TIERS},
+            "latency": {},
+            "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
+            "documents": [],
+        }
+    with store:
+        snap = snapshot(store)
+        by_owner = {o["owner"]: o for o in snap.pop("owners", [])}
+        docs = []
+        for doc in catalog.documents(store.conn, include_partial=True):
+            agg = by_owner.get(doc.owner, {})
+            docs.append(
+                {
+                    "name": doc.name,
+                    "version": doc.version,
+                    "status": doc.status,
+                    "tokens": doc.tokens,
+                    "chunks": doc.chunks,
+                    "bytes": int(agg.get("bytes", 0)),
+                    "compression": doc.scheme,
+                }
+            )
+    snap["store"] = str(cfg.disk_cache_path)
+    snap["documents"] = docs
+    return snap
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def stats(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON with stable keys.")] = False,
+    disk_cache_path: opt.DiskCachePath = None,
+) -> None:
+    """Show hits, misses, bytes and latencies per tier, and what each document occupies."""
+    data = collect(disk_cache_path)
+    if as_json:
+        out.print_json(json.dumps(data))
+        return
+    tiers = Table(title=f"tiers · {data['store']}")
+    for col in ("tier", "hits", "misses", "hit rate", "read", "written", "evictions"):
+        tiers.add_column(col, justify="right" if col != "tier" else "left")
+    for name, t in data["tiers"].items():
+        total = t["hits"] + t["misses"]
+        rate = f"{100 * t['hits'] / total:.0f}%" if total else "-"
+        tiers.add_row(
+            name,
+            str(t["hits"]),
+            str(t["misses"]),
+            rate,
+            _size(t["bytes_read"]),
+            _size(t["bytes_written"]),
+            str(t["evictions"]),
+        )
+    out.print(tiers)
+    lat = Table(title="latency")
+    for col in ("operation", "count", "mean"):
+        lat.add_column(col)
+    for op, h in data["latency"].items():
+        mean = f"{1000 * h['seconds'] / h['count']:.2f} ms" if h.get("count") else "-"
+        lat.add_row(op, str(h.get("count", 0)), mean)
+    out.print(lat)
+    docs = Table(title="documents")
+    for col in ("name", "version", "status", "tokens", "chunks", "bytes", "compression"):
+        docs.add_column(col)
+    for d in data["documents"]:
+        docs.add_row(
+            d["name"],
+            str(d["version"]),
+            d["status"],
+            str(d["tokens"]),
+            str(d["chunks"]),
+            _size(d["bytes"]),
+            d["compression"],
+        )
+    out.print(docs)

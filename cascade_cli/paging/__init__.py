@@ -1,0 +1,1 @@
+"""Paging: placing stored KV chunks into the live window (ingest and ask build on it)."""

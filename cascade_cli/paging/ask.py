@@ -1,0 +1,130 @@
+"""Answer a question about an ingested document by paging its relevant chunks into the window."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from cascade_cli.engine import Context, Sampler, SamplerSettings
+from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.errors import CorruptChunkError
+from cascade_cli.paging import catalog
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.window import SCRATCH_SEQ, Window
+from cascade_cli.recall import choose
+from cascade_cli.recall.keys import summarize
+from cascade_cli.recall.rope import rope_of
+
+
+@dataclass
+class AskResult:
+    """What `--json` prints besides the answer text."""
+
+    doc: str
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    answer: str = ""
+
+
+def question_summary(ctx: Context, question: str) -> bytes:
+    """Decode the question alone in the scratch sequence and summarise its keys."""
+    toks = ctx.model.tokenize(question)
+    ctx.seq_rm(SCRATCH_SEQ)
+    ctx.decode(toks, 0, SCRATCH_SEQ, logits="none")
+    try:
+        return summarize(ctx.state_get(SCRATCH_SEQ), rope_of(ctx.model))
+    finally:
+        ctx.seq_rm(SCRATCH_SEQ)
+
+
+def plan(
+    ctx: Context,
+    lib: Library,
+    doc: catalog.Document,
+    question: str,
+    window: int,
+    mode: str,
+    top_k: int,
+    reserve: int,
+) -> tuple[list[int], list[int]]:
+    """(chunk indices to page in, question tokens) sized to fit the window with `reserve` left."""
+    fr = frame(ctx.model)
+    q = question_tokens(ctx.model, fr, question)
+    room = window - len(fr.prefix) - len(q) - reserve
+    budget = max(0, room // doc.block_size)
+    chosen = choose(
+        lib.conn,
+        doc.id,
+        doc.chunks,
+        question,
+        mode,
+        top_k,
+        budget,
+        lambda: question_summary(ctx, question),
+        ctx.model.head_dim_k,
+    )
+    return chosen, q
+
+
+def ask(
+    ctx: Context,
+    lib: Library,
+    doc: catalog.Document,
+    question: str,
+    result: AskResult,
+    *,
+    window: int,
+    mode: str = "hybrid",
+    top_k: int = 2,
+    max_tokens: int = 256,
+    sampling: SamplerSettings = SamplerSettings(temperature=0),
+) -> Iterator[str]:
+    """Stream the answer; `result` is filled with chunks and timings as it goes."""
+    t0 = time.perf_counter()
+    reserve = min(max_tokens, 256)
+    chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve)
+    keys = [doc.chunk_key(i) for i in chosen]
+    warm = {k for k in keys if k in lib.ram}
+    lib.pager.prefetch(keys)
+    win = Window(ctx, window)
+    win.append(frame(ctx.model).prefix)
+    restored = 0
+    for idx, key in zip(chosen, keys, strict=True):
+        meta = lib.disk.meta(key)
+        tier = "ram" if key in warm else "disk"
+        try:
+            blob = lib.pager.get(key)
+            win.place(blob, meta.pos, meta.n_tokens)
+            restored += meta.n_tokens
+        except CorruptChunkError:
+            tier = "recomputed"  # never serve bad bytes: recompute from the stored token ids
+            pos = win.end
+            win.append(meta.tokens.tolist())
+            lib.pager.save(meta.replace(pos=pos), win.save(pos, pos + meta.n_tokens))
+        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+    lib.disk.stats.add("window", "misses", len(chosen))
+    t_restore = time.perf_counter() - t0
+    win.append(q, logits="last")
+    state = Generation(pos=win.end)
+    pieces: list[str] = []
+    first = 0.0
+    with Sampler(sampling) as sampler:
+        for piece in generate(ctx, sampler, 0, state, max_tokens, limit=window):
+            if not first:
+                first = time.perf_counter() - t0
+            pieces.append(piece)
+            yield piece
+    total = time.perf_counter() - t0
+    gen_time = max(total - (first or total), 1e-9)
+    result.answer = "".join(pieces)
+    result.timings = {
+        "ttft_s": round(first or total, 4),
+        "restore_s": round(t_restore, 4),
+        "restored_tokens": restored,
+        "prefill_tokens": len(frame(ctx.model).prefix) + len(q),
+        "gen_tokens": len(state.tokens),
+        "tokens_per_s": round(max(len(state.tokens) - 1, 0) / gen_time, 2),
+    }

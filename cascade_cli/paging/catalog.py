@@ -1,0 +1,192 @@
+"""Documents in the store's index: versions, ingest status, chunk text (FTS5) and key summaries."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cascade_cli.errors import NotFoundError
+from cascade_cli.store import register_migrations
+
+
+def m001_documents(conn: sqlite3.Connection) -> None:
+    """One row per ingested version of a file."""
+    conn.execute(
+        """CREATE TABLE documents (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            path TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            scheme TEXT NOT NULL,
+            block_size INTEGER NOT NULL,
+            window INTEGER NOT NULL,
+            prefix_tokens INTEGER NOT NULL,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            chunks INTEGER NOT NULL DEFAULT 0,
+            chars INTEGER NOT NULL DEFAULT 0,
+            created REAL NOT NULL,
+            updated REAL NOT NULL,
+            UNIQUE (name, version)
+        )"""
+    )
+
+
+def m002_chunk_text(conn: sqlite3.Connection) -> None:
+    """Chunk text for BM25 recall, with character offsets into the source file."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE chunk_text USING fts5("
+        "text, doc_id UNINDEXED, idx UNINDEXED, char_start UNINDEXED, char_end UNINDEXED)"
+    )
+
+
+def m003_chunk_keys(conn: sqlite3.Connection) -> None:
+    """Per-chunk summary keys for key-based recall."""
+    conn.execute(
+        "CREATE TABLE chunk_keys (doc_id INTEGER NOT NULL, idx INTEGER NOT NULL,"
+        " summary BLOB NOT NULL, PRIMARY KEY (doc_id, idx))"
+    )
+
+
+register_migrations("docs", [m001_documents, m002_chunk_text, m003_chunk_keys])
+
+
+@dataclass(frozen=True)
+class Document:
+    """One row of `documents`."""
+
+    id: int
+    name: str
+    path: str
+    sha256: str
+    version: int
+    status: str
+    scheme: str
+    block_size: int
+    window: int
+    prefix_tokens: int
+    tokens: int
+    chunks: int
+    chars: int
+    created: float
+    updated: float
+
+    @property
+    def owner(self) -> str:
+        """The owner string of this version's chunks in the chunk index."""
+        return f"doc:{self.id}"
+
+    def chunk_key(self, idx: int) -> str:
+        return f"doc:{self.id}:{idx}"
+
+
+_COLS = ", ".join(Document.__dataclass_fields__)
+
+
+def has_tables(conn: sqlite3.Connection) -> bool:
+    """False for a store that never held a document (its docs migrations not applied)."""
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'documents'").fetchone()
+    return row is not None
+
+
+def _doc(row: tuple[Any, ...]) -> Document:
+    return Document(*row)
+
+
+def documents(conn: sqlite3.Connection, include_partial: bool = False) -> list[Document]:
+    """Ready documents (latest version per name), optionally with unfinished ingests."""
+    if not has_tables(conn):
+        return []
+    where = "" if include_partial else "WHERE status = 'ready'"
+    rows = conn.execute(f"SELECT {_COLS} FROM documents {where} ORDER BY name, version").fetchall()
+    return [_doc(r) for r in rows]
+
+
+def find(conn: sqlite3.Connection, ref: str) -> Document:
+    """The ready document named `ref`, or whose source path is `ref`."""
+    if has_tables(conn):
+        row = conn.execute(
+            f"SELECT {_COLS} FROM documents WHERE status = 'ready' AND (name = ? OR path = ?)"
+            " ORDER BY version DESC LIMIT 1",
+            (ref, ref),
+        ).fetchone()
+        if row:
+            return _doc(row)
+    raise NotFoundError(
+        f"no ingested document named {ref!r}", f"Run `cascade ingest {ref}` or see `cascade docs`."
+    )
+
+
+def latest(conn: sqlite3.Connection, name: str) -> Document | None:
+    """The newest version of `name`, whatever its status."""
+    row = conn.execute(
+        f"SELECT {_COLS} FROM documents WHERE name = ? ORDER BY version DESC LIMIT 1", (name,)
+    ).fetchone()
+    return _doc(row) if row else None
+
+
+def create(conn: sqlite3.Connection, **fields: Any) -> Document:
+    """Insert a new version row with status 'ingesting'."""
+    now = time.time()
+    prev = latest(conn, fields["name"])
+    version = prev.version + 1 if prev else 1
+    cur = conn.execute(
+        "INSERT INTO documents (name, path, sha256, version, status, scheme, block_size, window,"
+        " prefix_tokens, created, updated) VALUES (?, ?, ?, ?, 'ingesting', ?, ?, ?, ?, ?, ?)",
+        (
+            fields["name"],
+            fields["path"],
+            fields["sha256"],
+            version,
+            fields["scheme"],
+            fields["block_size"],
+            fields["window"],
+            fields["prefix_tokens"],
+            now,
+            now,
+        ),
+    )
+    row = conn.execute(f"SELECT {_COLS} FROM documents WHERE id = ?", (cur.lastrowid,)).fetchone()
+    return _doc(row)
+
+
+def add_chunk_text(
+    conn: sqlite3.Connection, doc: Document, idx: int, text: str, char_start: int, char_end: int
+) -> None:
+    """Index one chunk's text (replacing a previous row for the same chunk)."""
+    conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx = ?", (doc.id, idx))
+    conn.execute(
+        "INSERT INTO chunk_text (text, doc_id, idx, char_start, char_end) VALUES (?, ?, ?, ?, ?)",
+        (text, doc.id, idx, char_start, char_end),
+    )
+
+
+def add_summary(conn: sqlite3.Connection, doc: Document, idx: int, summary: bytes) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO chunk_keys (doc_id, idx, summary) VALUES (?, ?, ?)",
+        (doc.id, idx, summary),
+    )
+
+
+def progress(conn: sqlite3.Connection, doc: Document, tokens: int, chunks: int, chars: int) -> None:
+    """Record how far an ingest got (committed with the chunk's text)."""
+    conn.execute(
+        "UPDATE documents SET tokens = ?, chunks = ?, chars = ?, updated = ? WHERE id = ?",
+        (tokens, chunks, chars, time.time(), doc.id),
+    )
+
+
+def finish(conn: sqlite3.Connection, doc: Document) -> None:
+    conn.execute(
+        "UPDATE documents SET status = 'ready', updated = ? WHERE id = ?", (time.time(), doc.id)
+    )
+
+
+def forget(conn: sqlite3.Connection, doc: Document) -> None:
+    """Remove a version's catalog rows (its chunks are deleted through the store)."""
+    conn.execute("DELETE FROM chunk_text WHERE doc_id = ?", (doc.id,))
+    conn.execute("DELETE FROM chunk_keys WHERE doc_id = ?", (doc.id,))
+    conn.execute("DELETE FROM documents WHERE id = ?", (doc.id,))

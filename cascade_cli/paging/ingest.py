@@ -1,0 +1,240 @@
+"""Stream a text through the model with a sliding window, saving each chunk's KV as it completes.
+
+The window holds the prompt frame's prefix (an attention sink that `ask` reuses) followed by the
+most recent chunks; each new chunk of `block_size` tokens attends to all of them. When the next
+chunk does not fit, the oldest is dropped and the rest slide down. Saving a chunk copies its
+cells into a scratch sequence and serializes that, so the window is never disturbed; encoding
+and fsync run on the pager's write-back threads while the model computes the next chunk.
+
+Resuming: an interrupted ingest of the same file (same sha256 and layout) keeps its committed
+chunks; the window is rebuilt by restoring the last chunks from the store, then decoding goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cascade_cli.engine import Context
+from cascade_cli.errors import InputError
+from cascade_cli.paging import catalog
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.window import Window
+from cascade_cli.recall.keys import summarize
+from cascade_cli.recall.rope import rope_of
+from cascade_cli.store import ChunkMeta
+
+_PIECE = 16_384  # characters tokenized at a time (split at paragraph boundaries)
+
+
+@dataclass
+class IngestStatus:
+    """Progress reported after every chunk."""
+
+    chars_done: int
+    chars_total: int
+    tokens: int
+    chunks: int
+    bytes_on_disk: int
+    resumed_from: int
+    elapsed: float
+
+
+Progress = Callable[[IngestStatus], None]
+
+
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """The file's text; binary or wrongly-encoded files raise InputError with the fix."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path} does not exist", "Check the file name.") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory", "Pass a text file.") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None
+    if b"\x00" in data[:65536]:
+        raise InputError(f"{path} looks like a binary file", "Pass plain text or Markdown.")
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path} is not valid {encoding} (byte {exc.start})",
+            "Pass --encoding with the file's encoding, e.g. --encoding latin-1.",
+        ) from None
+    except LookupError:
+        raise InputError(f"unknown encoding {encoding!r}", "Use e.g. utf-8 or latin-1.") from None
+    if not text.strip():
+        raise InputError(f"{path} is empty", "Pass a file with some text.")
+    return text
+
+
+def pieces(text: str) -> Iterator[tuple[int, str]]:
+    """(char offset, piece) of ~_PIECE characters, split after a blank line where possible."""
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + _PIECE)
+        if end < len(text):
+            cut = text.rfind("\n\n", start + _PIECE // 2, end)
+            end = cut + 2 if cut > 0 else end
+        yield start, text[start:end]
+        start = end
+
+
+def chunks(ctx: Context, text: str, block: int) -> Iterator[tuple[list[int], int]]:
+    """(tokens, chars consumed so far) per chunk of exactly `block` tokens (the last may be short)."""
+    model = ctx.model
+    pending: list[int] = []
+    consumed = 0
+    for offset, piece in pieces(text):
+        pending.extend(model.tokenize(piece))
+        consumed = offset + len(piece)
+        while len(pending) >= block:
+            yield pending[:block], consumed
+            del pending[:block]
+    if pending:
+        yield pending, consumed
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _committed(lib: Library, doc: catalog.Document) -> list[ChunkMeta]:
+    """Chunks 0..n-1 that are in the index (the contiguous prefix)."""
+    metas = sorted(lib.disk.chunks(doc.owner), key=lambda m: m.index)
+    done: list[ChunkMeta] = []
+    for m in metas:
+        if m.index != len(done):
+            break
+        done.append(m)
+    return done
+
+
+def start_version(
+    lib: Library, path: Path, name: str, window: int, prefix: int
+) -> tuple[catalog.Document, bool]:
+    """The version row to fill: a resumable unfinished one, the finished one, or a new one."""
+    sha = file_sha256(path)
+    cfg = lib.settings
+    with lib.disk.transaction() as conn:
+        prev = catalog.latest(conn, name)
+        same = (
+            prev is not None
+            and prev.sha256 == sha
+            and prev.scheme == cfg.compression
+            and prev.block_size == cfg.block_size
+            and prev.window == window
+            and prev.prefix_tokens == prefix
+        )
+        if prev is not None and same:
+            return prev, prev.status == "ready"
+        doc = catalog.create(
+            conn,
+            name=name,
+            path=str(path.resolve()),
+            sha256=sha,
+            scheme=cfg.compression,
+            block_size=cfg.block_size,
+            window=window,
+            prefix_tokens=prefix,
+        )
+    return doc, False
+
+
+def ingest(
+    ctx: Context, lib: Library, path: Path, name: str, encoding: str, progress: Progress
+) -> catalog.Document:
+    """Ingest one file (resuming if possible); older versions are dropped only after success."""
+    cfg = lib.settings
+    text = read_text(path, encoding)
+    fr = frame(ctx.model)
+    limit = cfg.gpu_cache_size
+    if len(fr.prefix) + cfg.block_size > limit:
+        raise InputError(
+            f"block size {cfg.block_size} does not fit a {limit}-token window",
+            "Lower --block-size or raise --gpu-cache-size.",
+        )
+    doc, finished = start_version(lib, path, name, limit, len(fr.prefix))
+    if finished:
+        return doc
+    rope = rope_of(ctx.model)
+    win = Window(ctx, limit)
+    win.append(fr.prefix)
+    p0 = win.end
+    live: deque[int] = deque()  # token counts of the chunks in the window, oldest first
+    done = _committed(lib, doc)
+    for meta in done[-((limit - p0) // cfg.block_size - 1) :] if done else []:
+        blob = lib.pager.get(meta.key)
+        win.place(blob, meta.pos, meta.n_tokens)
+        live.append(meta.n_tokens)
+    with lib.disk.transaction() as conn:
+        conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx >= ?", (doc.id, len(done)))
+    t0 = time.perf_counter()
+    tokens_done = sum(m.n_tokens for m in done)
+    chars_done = 0
+    idx = 0
+    for idx, (toks, consumed) in enumerate(chunks(ctx, text, cfg.block_size)):
+        if idx < len(done):
+            chars_done += len(ctx.model.detokenize(toks))
+            continue
+        while win.room() < len(toks):
+            oldest = live.popleft()
+            win.drop(p0, p0 + oldest)
+        pos = win.end
+        win.append(toks)
+        live.append(len(toks))
+        blob = win.save(pos, pos + len(toks))
+        chunk_text = ctx.model.detokenize(toks)
+        meta = ChunkMeta(
+            key=doc.chunk_key(idx),
+            owner=doc.owner,
+            index=idx,
+            start=tokens_done,
+            end=tokens_done + len(toks),
+            tokens=np.asarray(toks, dtype=np.int32),
+            pos=pos,
+            scheme=cfg.compression,
+            pinned=True,
+        )
+        summary = summarize(blob, rope)
+        lib.pager.save(meta, blob)
+        with lib.disk.transaction() as conn:
+            catalog.add_chunk_text(
+                conn, doc, idx, chunk_text, chars_done, chars_done + len(chunk_text)
+            )
+            catalog.add_summary(conn, doc, idx, summary)
+            catalog.progress(conn, doc, tokens_done + len(toks), idx + 1, consumed)
+        tokens_done += len(toks)
+        chars_done += len(chunk_text)
+        progress(
+            IngestStatus(
+                consumed,
+                len(text),
+                tokens_done,
+                idx + 1,
+                lib.disk.total_bytes(),
+                len(done),
+                time.perf_counter() - t0,
+            )
+        )
+    lib.pager.flush()
+    with lib.disk.transaction() as conn:
+        catalog.progress(conn, doc, tokens_done, idx + 1, len(text))
+        catalog.finish(conn, doc)
+        old = [d for d in catalog.documents(conn, include_partial=True) if d.name == name]
+    for prev in old:
+        if prev.id != doc.id:
+            lib.remove(prev)
+    return catalog.find(lib.disk.conn, name)

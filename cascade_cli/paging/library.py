@@ -1,0 +1,63 @@
+"""The store opened for one model: disk and RAM tiers, the pager with the KV codec, the catalog."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from cascade_cli import kv
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context, library_dir
+from cascade_cli.paging import catalog
+from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache
+
+
+def _decode(payload: bytes, meta: ChunkMeta) -> Any:
+    return kv.decode(payload)
+
+
+class Library:
+    """Owns the DiskStore, RamCache and Pager for a context's fingerprint; close() flushes."""
+
+    def __init__(self, settings: Settings, ctx: Context, timeout: float = 5.0) -> None:
+        kv.configure(library_dir())
+        self.settings = settings
+        self.disk = DiskStore.open(
+            settings.disk_cache_path,
+            ctx.fingerprint(),
+            budget=settings.disk_cache_budget,
+            timeout=timeout,
+        )
+        self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
+        self.pager = Pager(self.disk, self.ram, kv.encode, _decode)
+
+    @property
+    def conn(self) -> Any:
+        return self.disk.conn
+
+    def documents(self) -> list[catalog.Document]:
+        return catalog.documents(self.disk.conn)
+
+    def find(self, ref: str) -> catalog.Document:
+        return catalog.find(self.disk.conn, ref)
+
+    def remove(self, doc: catalog.Document) -> int:
+        """Delete a document version: catalog rows first (committed), then its chunks."""
+        with self.disk.transaction() as conn:
+            catalog.forget(conn, doc)
+        self.ram.discard_prefix(doc.owner + ":")
+        return self.disk.delete_owner(doc.owner)
+
+    def close(self) -> None:
+        try:
+            self.pager.close()
+        finally:
+            self.disk.close()
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,41 @@
+"""The fixed prompt frame around a document: a sink prefix before it, the question after it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cascade_cli.engine import Model
+
+SYSTEM = (
+    "You are a helpful assistant. Answer the question using the document excerpts. "
+    "Quote exact numbers, names and phrases from them."
+)
+INTRO = "Here are excerpts from a document:\n\n"
+_MARK = "@@CASCADE-DOCUMENT@@"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Token ids of the prefix (attention sink) and a renderer for the question suffix."""
+
+    prefix: list[int]
+    after_doc: str  # template text between the document and the question
+    after_question: str  # template text that closes the user turn and opens the reply
+
+
+def frame(model: Model, system: str = SYSTEM) -> Frame:
+    """Split the chat template around the document so chunks can sit between the two halves."""
+    rendered = model.apply_chat_template([("system", system), ("user", INTRO + _MARK)])
+    head = rendered.split(_MARK, 1)[0]
+    prefix = model.tokenize(head, add_special=True, parse_special=True)
+    probe = "@@CASCADE-QUESTION@@"
+    full = model.apply_chat_template([("system", system), ("user", f"{_MARK}\n\n{probe}")])
+    after_mark = full.split(_MARK, 1)[1]
+    between, closing = after_mark.split(probe, 1)
+    return Frame(prefix=prefix, after_doc=between, after_question=closing)
+
+
+def question_tokens(model: Model, fr: Frame, question: str) -> list[int]:
+    """Tokens that follow the last chunk: separator, the question, then the reply header."""
+    text = f"{fr.after_doc}Question: {question.strip()}{fr.after_question}"
+    return model.tokenize(text, add_special=False, parse_special=True)

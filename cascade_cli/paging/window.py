@@ -1,0 +1,86 @@
+"""The live window: one sequence holding a prefix and chunks at consecutive positions.
+
+Chunks enter through a scratch sequence — restoring a state clears its target sequence, so each
+chunk is restored into scratch, shifted to the window's end, then shared into the window with
+seq_cp; copied cells are shared, so scratch is emptied before anything else is shifted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from cascade_cli.engine import Context
+from cascade_cli.engine.context import Buffer
+from cascade_cli.errors import ContextFullError
+
+WINDOW_SEQ = 0
+SCRATCH_SEQ = 1
+
+
+class Window:
+    """Tracks the next free position of the window sequence and moves chunks in and out."""
+
+    def __init__(self, ctx: Context, limit: int) -> None:
+        self.ctx = ctx
+        self.limit = limit
+        self.end = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the window and scratch sequences."""
+        self.ctx.seq_rm(WINDOW_SEQ)
+        self.ctx.seq_rm(SCRATCH_SEQ)
+        self.end = 0
+
+    def room(self) -> int:
+        """Tokens that still fit."""
+        return self.limit - self.end
+
+    def _check(self, n: int) -> None:
+        if self.end + n > self.limit:
+            raise ContextFullError(
+                f"the window is full ({self.end} + {n} tokens > {self.limit})",
+                "Recall fewer chunks (--top-k) or raise --gpu-cache-size.",
+            )
+
+    def append(self, tokens: Sequence[int], logits: str = "none") -> npt.NDArray[np.float32]:
+        """Decode tokens at the end of the window."""
+        self._check(len(tokens))
+        out = self.ctx.decode(list(tokens), self.end, WINDOW_SEQ, logits=logits)
+        self.end += len(tokens)
+        return out
+
+    def place(self, blob: Buffer, saved_pos0: int, n_tokens: int) -> None:
+        """Restore a chunk saved at positions saved_pos0.. and put it at the window's end."""
+        self._check(n_tokens)
+        self.ctx.state_set(SCRATCH_SEQ, blob)
+        delta = self.end - saved_pos0
+        if delta:
+            self.ctx.seq_add(SCRATCH_SEQ, -1, -1, delta)
+        self.ctx.seq_cp(SCRATCH_SEQ, WINDOW_SEQ)
+        self.ctx.seq_rm(SCRATCH_SEQ)
+        self.end += n_tokens
+
+    def save(
+        self, p0: int, p1: int, out: npt.NDArray[np.uint8] | None = None
+    ) -> npt.NDArray[np.uint8]:
+        """Serialize the window's cells with positions in [p0, p1) without disturbing it."""
+        self.ctx.seq_cp(WINDOW_SEQ, SCRATCH_SEQ, p0, p1)
+        try:
+            return self.ctx.state_get(SCRATCH_SEQ, out)
+        finally:
+            self.ctx.seq_rm(SCRATCH_SEQ)
+
+    def drop(self, p0: int, p1: int) -> None:
+        """Remove [p0, p1) from the window and slide everything after it down."""
+        self.ctx.seq_rm(WINDOW_SEQ, p0, p1)
+        self.ctx.seq_add(WINDOW_SEQ, p1, -1, p0 - p1)
+        self.end -= p1 - p0
+
+    def truncate(self, pos: int) -> None:
+        """Forget everything from pos on."""
+        self.ctx.seq_rm(WINDOW_SEQ, pos, -1)
+        self.end = min(self.end, pos)

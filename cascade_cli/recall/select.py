@@ -1,0 +1,52 @@
+"""Combine BM25 and key-based rankings, add neighbours, and fit the result to the window."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from cascade_cli.recall import keys, lexical
+
+RECALL_MODES = ("bm25", "keys", "hybrid")
+_RRF_K = 60
+
+
+def _fuse(rankings: list[list[tuple[int, float]]]) -> list[int]:
+    """Reciprocal-rank fusion of several best-first rankings."""
+    score: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, (idx, _) in enumerate(ranking):
+            score[idx] = score.get(idx, 0.0) + 1.0 / (_RRF_K + rank + 1)
+    return sorted(score, key=lambda i: -score[i])
+
+
+def choose(
+    conn: sqlite3.Connection,
+    doc_id: int,
+    n_chunks: int,
+    question: str,
+    mode: str,
+    top_k: int,
+    budget: int,
+    question_summary: Callable[[], bytes] | None,
+    head_dim: int,
+) -> list[int]:
+    """Chunk indices in document order: the top_k hits plus neighbours, at most `budget` chunks."""
+    rankings: list[list[tuple[int, float]]] = []
+    if mode in ("bm25", "hybrid"):
+        rankings.append(lexical.bm25(conn, doc_id, question, limit=max(top_k * 4, 16)))
+    if mode in ("keys", "hybrid") and question_summary is not None:
+        rows = conn.execute(
+            "SELECT idx, summary FROM chunk_keys WHERE doc_id = ? ORDER BY idx", (doc_id,)
+        ).fetchall()
+        ranked = keys.rank(question_summary(), [(int(i), bytes(s)) for i, s in rows], head_dim)
+        rankings.append(ranked[: max(top_k * 4, 16)])
+    order = _fuse(rankings) if rankings else []
+    if not order:
+        order = list(range(min(n_chunks, budget)))  # nothing matched: the opening chunks
+    chosen: list[int] = []
+    for idx in order[:top_k]:
+        for j in (idx, idx + 1, idx - 1):
+            if 0 <= j < n_chunks and j not in chosen and len(chosen) < budget:
+                chosen.append(j)
+    return sorted(chosen)
