@@ -1,0 +1,162 @@
+"""Restore a 4096-token window from the disk and RAM tiers vs re-prefilling it.
+
+python bench/restore_speed.py [--text FILE] [--scheme q4] [--window 4096] [--block 512]
+
+One process, one run: prefill the window (timed), save it as block-sized chunks into a fresh
+store, then restore the whole window (read + checksum + dequantize + set_data + shift + copy)
+from disk with the page cache dropped per file (posix_fadvise DONTNEED), and again from the RAM
+tier. Also times a plain sequential read of the same chunk files, cache dropped the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cascade_cli import kv  # noqa: E402
+from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402
+from cascade_cli.paging.window import Window  # noqa: E402
+from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache  # noqa: E402
+
+MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_text() -> Path:
+    data = ROOT / "bench" / "data"
+    found = sorted(data.glob("*.txt")) if data.is_dir() else []
+    return found[0] if found else Path("/usr/share/common-licenses/GPL-3")
+
+
+def drop_cache(files: list[Path]) -> None:
+    """Evict the files' pages from the page cache."""
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def plain_read(files: list[Path]) -> tuple[float, int]:
+    drop_cache(files)
+    t = time.perf_counter()
+    n = 0
+    for f in files:
+        with f.open("rb", buffering=0) as fh:
+            n += len(fh.read())
+    return time.perf_counter() - t, n
+
+
+def restore(ctx: Context, pager: Pager, metas: list[ChunkMeta], window: int) -> tuple[float, float]:
+    """Seconds for the whole restore, and the part spent getting states (read+verify+decode)."""
+    win = Window(ctx, window)
+    t0 = time.perf_counter()
+    pager.prefetch([m.key for m in metas])
+    got = 0.0
+    for m in metas:
+        t1 = time.perf_counter()
+        blob = pager.get(m.key)
+        got += time.perf_counter() - t1
+        win.place(blob, m.pos, m.n_tokens)
+    total = time.perf_counter() - t0
+    win.reset()
+    return total, got
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--text", type=Path, default=None)
+    ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--scheme", default="q4")
+    ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--block", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    set_verbose(False)
+    kv.configure(library_dir())
+    text = (args.text or default_text()).read_text(encoding="utf-8", errors="replace")
+    model = Model(args.model)
+    tokens = model.tokenize(text)[: args.window]
+    n_ctx = args.window + args.block
+    with Context(model, n_ctx, 3, args.block, args.threads, "off") as ctx:
+        win = Window(ctx, args.window)
+        t = time.perf_counter()
+        win.append(tokens)
+        prefill = time.perf_counter() - t
+        blobs = [
+            win.save(p, min(p + args.block, len(tokens))).copy()
+            for p in range(0, len(tokens), args.block)
+        ]
+        raw = sum(b.nbytes for b in blobs)
+        win.reset()
+        with tempfile.TemporaryDirectory() as tmp:
+            disk = DiskStore.open(Path(tmp) / "store", ctx.fingerprint())
+            ram = RamCache(4 * raw, stats=disk.stats)
+            pager = Pager(disk, ram, kv.encode, lambda p, m: kv.decode(p), readers=args.threads)
+            metas = []
+            for i, b in enumerate(blobs):
+                p = i * args.block
+                meta = ChunkMeta(
+                    key=f"w:{i}",
+                    owner="w",
+                    index=i,
+                    start=p,
+                    end=p + len(kv.header(b).positions),
+                    tokens=np.asarray(tokens[p : p + args.block], dtype=np.int32),
+                    pos=p,
+                    scheme=args.scheme,
+                )
+                metas.append(disk.put(meta, kv.encode(b, args.scheme)))
+            files = sorted((Path(tmp) / "store" / "data").rglob("*.kv"))
+            stored = sum(f.stat().st_size for f in files)
+            cold, cold_get, plain = [], [], []
+            for _ in range(args.repeats):
+                ram.clear()
+                drop_cache(files)
+                total, got = restore(ctx, pager, metas, args.window)
+                cold.append(total)
+                cold_get.append(got)
+                plain.append(plain_read(files)[0])
+            for m in metas:  # warm the RAM tier
+                ram.put(m.key, kv.decode(disk.get(m.key)))
+            warm = [restore(ctx, pager, metas, args.window)[0] for _ in range(args.repeats)]
+            pager.close()
+            disk.close()
+    c, w, pr = statistics.median(cold), statistics.median(warm), statistics.median(plain)
+    read_only = statistics.median(cold_get)
+    print(
+        f"model {args.model.name}, {len(tokens)} tokens, {len(blobs)} chunks, scheme {args.scheme}, "
+        f"threads {args.threads}"
+    )
+    print(
+        f"raw f16 state {raw / 2**20:.1f} MiB, on disk {stored / 2**20:.1f} MiB ({stored / raw:.3f}x)"
+    )
+    print("| measure | seconds | vs prefill |")
+    print("|---|---|---|")
+    print(f"| prefill {len(tokens)} tokens | {prefill:.3f} | 1x |")
+    print(f"| restore from disk (cache dropped) | {c:.3f} | {prefill / c:.0f}x faster |")
+    print(f"| restore from RAM tier | {w:.3f} | {prefill / w:.0f}x faster |")
+    print(f"| plain sequential read of the files | {pr:.4f} | {stored / pr / 2**20:.0f} MiB/s |")
+    print(
+        f"| get (read+verify+dequantize) share of disk restore | {read_only:.3f} | "
+        f"{stored / read_only / 2**20:.0f} MiB/s effective |"
+    )
+    print(
+        f"read throughput vs plain read: {pr / c:.0%} (whole restore), {pr / read_only:.0%} (get only)"
+    )
+
+
+if __name__ == "__main__":
+    main()
