@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from cascade_cli.engine import Context
 from cascade_cli.errors import InputError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.window import Window
-from cascade_cli.recall.keys import summarize
-from cascade_cli.recall.rope import rope_of
+from cascade_cli.paging.sliding import SlidingWriter
 from cascade_cli.store import ChunkMeta
 
 _PIECE = 16_384  # characters tokenized at a time (split at paragraph boundaries)
@@ -169,60 +164,25 @@ def ingest(
     doc, finished = start_version(lib, path, name, limit, len(fr.prefix))
     if finished:
         return doc
-    rope = rope_of(ctx.model)
-    win = Window(ctx, limit)
-    win.append(fr.prefix)
-    p0 = win.end
-    live: deque[int] = deque()  # token counts of the chunks in the window, oldest first
+    writer = SlidingWriter(ctx, lib, doc)
     done = _committed(lib, doc)
-    for meta in done[-((limit - p0) // cfg.block_size - 1) :] if done else []:
-        blob = lib.pager.get(meta.key)
-        win.place(blob, meta.pos, meta.n_tokens)
-        live.append(meta.n_tokens)
     with lib.disk.transaction() as conn:
         conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx >= ?", (doc.id, len(done)))
     t0 = time.perf_counter()
-    tokens_done = sum(m.n_tokens for m in done)
     chars_done = 0
-    idx = 0
+    idx = -1
     for idx, (toks, consumed) in enumerate(chunks(ctx, text, cfg.block_size)):
         if idx < len(done):
             chars_done += len(ctx.model.detokenize(toks))
+            if idx == len(done) - 1:
+                writer.rebuild(done, chars_done)
             continue
-        while win.room() < len(toks):
-            oldest = live.popleft()
-            win.drop(p0, p0 + oldest)
-        pos = win.end
-        win.append(toks)
-        live.append(len(toks))
-        blob = win.save(pos, pos + len(toks))
-        chunk_text = ctx.model.detokenize(toks)
-        meta = ChunkMeta(
-            key=doc.chunk_key(idx),
-            owner=doc.owner,
-            index=idx,
-            start=tokens_done,
-            end=tokens_done + len(toks),
-            tokens=np.asarray(toks, dtype=np.int32),
-            pos=pos,
-            scheme=cfg.compression,
-            pinned=True,
-        )
-        summary = summarize(blob, rope)
-        lib.pager.save(meta, blob)
-        with lib.disk.transaction() as conn:
-            catalog.add_chunk_text(
-                conn, doc, idx, chunk_text, chars_done, chars_done + len(chunk_text)
-            )
-            catalog.add_summary(conn, doc, idx, summary)
-            catalog.progress(conn, doc, tokens_done + len(toks), idx + 1, consumed)
-        tokens_done += len(toks)
-        chars_done += len(chunk_text)
+        writer.add(idx, toks)
         progress(
             IngestStatus(
                 consumed,
                 len(text),
-                tokens_done,
+                writer.tokens_done,
                 idx + 1,
                 lib.disk.total_bytes(),
                 len(done),
@@ -231,7 +191,7 @@ def ingest(
         )
     lib.pager.flush()
     with lib.disk.transaction() as conn:
-        catalog.progress(conn, doc, tokens_done, idx + 1, len(text))
+        catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)
         old = [d for d in catalog.documents(conn, include_partial=True) if d.name == name]
     for prev in old:

@@ -1,0 +1,79 @@
+"""The sliding-window chunk writer that ingest drives (and benchmarks reuse)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from cascade_cli.engine import Context
+from cascade_cli.paging import catalog
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.window import Window
+from cascade_cli.recall.keys import summarize
+from cascade_cli.recall.rope import rope_of
+from cascade_cli.store import ChunkMeta
+
+
+class SlidingWriter:
+    """Decodes chunks after the prefix and the previous window, saving each as it completes."""
+
+    def __init__(self, ctx: Context, lib: Library, doc: catalog.Document) -> None:
+        self.ctx = ctx
+        self.lib = lib
+        self.doc = doc
+        self.rope = rope_of(ctx.model)
+        self.win = Window(ctx, doc.window)
+        self.win.append(frame(ctx.model).prefix)
+        self.p0 = self.win.end
+        self.live: deque[int] = deque()  # token counts of the chunks in the window, oldest first
+        self.tokens_done = 0
+        self.chars_done = 0
+
+    @property
+    def capacity(self) -> int:
+        """Previous chunks the window holds while a new full chunk is decoded."""
+        return max(0, (self.doc.window - self.p0) // self.doc.block_size - 1)
+
+    def rebuild(self, done: Sequence[ChunkMeta], chars_done: int) -> None:
+        """Continue after `done` (committed chunks 0..n-1): restore the last ones into the window."""
+        for meta in list(done)[len(done) - min(len(done), self.capacity) :]:
+            self.win.place(self.lib.pager.get(meta.key), meta.pos, meta.n_tokens)
+            self.live.append(meta.n_tokens)
+        self.tokens_done = done[-1].end if done else 0
+        self.chars_done = chars_done
+
+    def add(self, idx: int, toks: Sequence[int]) -> str:
+        """Decode chunk `idx`, queue its KV for saving, index its text and key summary."""
+        win, doc = self.win, self.doc
+        while win.room() < len(toks):
+            win.drop(self.p0, self.p0 + self.live.popleft())
+        pos = win.end
+        win.append(toks)
+        self.live.append(len(toks))
+        blob = win.save(pos, pos + len(toks))
+        text = self.ctx.model.detokenize(toks)
+        meta = ChunkMeta(
+            key=doc.chunk_key(idx),
+            owner=doc.owner,
+            index=idx,
+            start=self.tokens_done,
+            end=self.tokens_done + len(toks),
+            tokens=np.asarray(toks, dtype=np.int32),
+            pos=pos,
+            scheme=doc.scheme,
+            pinned=True,
+        )
+        summary = summarize(blob, self.rope)
+        self.lib.pager.save(meta, blob)
+        with self.lib.disk.transaction() as conn:
+            catalog.add_chunk_text(
+                conn, doc, idx, text, self.chars_done, self.chars_done + len(text)
+            )
+            catalog.add_summary(conn, doc, idx, summary)
+            catalog.progress(conn, doc, self.tokens_done + len(toks), idx + 1, self.chars_done)
+        self.tokens_done += len(toks)
+        self.chars_done += len(text)
+        return text
