@@ -13,6 +13,7 @@ from cascade_cli.errors import CorruptChunkError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import SCRATCH_SEQ, Window
 from cascade_cli.recall import choose
 from cascade_cli.recall.keys import summarize
@@ -25,6 +26,7 @@ class AskResult:
 
     doc: str
     chunks: list[dict[str, Any]] = field(default_factory=list)
+    sink: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     answer: str = ""
 
@@ -88,9 +90,11 @@ def ask(
     chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve)
     keys = [doc.chunk_key(i) for i in chosen]
     warm = {k for k in keys if k in lib.ram}
-    lib.pager.prefetch(keys)
+    prefix = frame(ctx.model).prefix
+    lib.pager.prefetch([sink_key(prefix), *keys])
     win = Window(ctx, window)
-    win.append(frame(ctx.model).prefix)
+    sink_tier = place_sink(lib, win, prefix, doc.scheme)
+    result.sink = {"tokens": len(prefix), "tier": sink_tier}
     restored = 0
     for idx, key in zip(chosen, keys, strict=True):
         meta = lib.disk.meta(key)
@@ -124,7 +128,7 @@ def ask(
         "ttft_s": round(first or total, 4),
         "restore_s": round(t_restore, 4),
         "restored_tokens": restored,
-        "prefill_tokens": len(frame(ctx.model).prefix) + len(q),
+        "prefill_tokens": len(q) + (len(prefix) if sink_tier == "recomputed" else 0),
         "gen_tokens": len(state.tokens),
         "tokens_per_s": round(max(len(state.tokens) - 1, 0) / gen_time, 2),
     }

@@ -11,6 +11,7 @@ from cascade_cli.engine import Context
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.sink import save_sink
 from cascade_cli.paging.window import Window
 from cascade_cli.recall.keys import summarize
 from cascade_cli.recall.rope import rope_of
@@ -26,7 +27,9 @@ class SlidingWriter:
         self.doc = doc
         self.rope = rope_of(ctx.model)
         self.win = Window(ctx, doc.window)
-        self.win.append(frame(ctx.model).prefix)
+        prefix = frame(ctx.model).prefix
+        self.win.append(prefix)
+        save_sink(lib, self.win, prefix, doc.scheme)
         self.p0 = self.win.end
         self.live: deque[int] = deque()  # token counts of the chunks in the window, oldest first
         self.tokens_done = 0

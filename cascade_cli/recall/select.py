@@ -8,16 +8,20 @@ from collections.abc import Callable
 from cascade_cli.recall import keys, lexical
 
 RECALL_MODES = ("bm25", "keys", "hybrid")
-_RRF_K = 60
 
 
 def _fuse(rankings: list[list[tuple[int, float]]]) -> list[int]:
-    """Reciprocal-rank fusion of several best-first rankings."""
-    score: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, (idx, _) in enumerate(ranking):
-            score[idx] = score.get(idx, 0.0) + 1.0 / (_RRF_K + rank + 1)
-    return sorted(score, key=lambda i: -score[i])
+    """Interleave best-first rankings (first of each, then second of each, …), de-duplicated.
+
+    Rank fusion that rewards agreement (e.g. reciprocal-rank) demoted a strong single-method
+    hit below chunks both methods ranked middling; interleaving keeps each method's best.
+    """
+    order: list[int] = []
+    for rank in range(max((len(r) for r in rankings), default=0)):
+        for ranking in rankings:
+            if rank < len(ranking) and ranking[rank][0] not in order:
+                order.append(ranking[rank][0])
+    return order
 
 
 def choose(

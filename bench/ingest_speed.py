@@ -1,0 +1,116 @@
+"""Ingest throughput vs plain sliding-window decoding, and peak RSS for two text lengths.
+
+python bench/ingest_speed.py [--text FILE] [--tokens 8192 16384] [--window 4096] [--block 512]
+
+For each length, in a fresh subprocess (so peak RSS is per run): decode the text with the same
+sliding window and no saving (the baseline), then run the real ingest into a fresh store.
+Prints tokens/s of both, their ratio, and ru_maxrss of the ingest process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_text() -> Path:
+    data = ROOT / "bench" / "data"
+    found = sorted(data.glob("*.txt")) if data.is_dir() else []
+    return found[0] if found else Path("/usr/share/common-licenses/GPL-3")
+
+
+def child(text_path: Path, n_tokens: int, window: int, block: int, mode: str) -> dict[str, float]:
+    from cascade_cli.config import resolve
+    from cascade_cli.engine import Context, Model, set_verbose
+    from cascade_cli.paging.ingest import chunks, ingest
+    from cascade_cli.paging.library import Library
+    from cascade_cli.paging.prompt import frame
+    from cascade_cli.paging.window import Window
+
+    set_verbose(False)
+    model = Model(MODEL)
+    full = text_path.read_text(encoding="utf-8", errors="replace")
+    # cut the text to about n_tokens (4 chars/token estimate, then exact by chunking)
+    text = full[: n_tokens * 5]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "doc.txt"
+        src.write_text(text)
+        cfg = resolve(
+            {
+                "gpu_cache_size": window,
+                "block_size": block,
+                "disk_cache_path": str(Path(tmp) / "store"),
+                "compression": "q4",
+                "memory_cache_size": "64MiB",
+            },
+            config_file=None,
+        )
+        threads = os.cpu_count() or 2
+        with Context(model, window + block, 3, block, threads, "off") as ctx:
+            t = time.perf_counter()
+            tokens = 0
+            if mode == "baseline":
+                win = Window(ctx, window)
+                win.append(frame(model).prefix)
+                p0 = win.end
+                live: deque[int] = deque()
+                for toks, _ in chunks(ctx, text, block):
+                    while win.room() < len(toks):
+                        win.drop(p0, p0 + live.popleft())
+                    win.append(toks)
+                    live.append(len(toks))
+                    tokens += len(toks)
+            else:
+                with Library(cfg, ctx) as lib:
+                    doc = ingest(ctx, lib, src, "doc", "utf-8", lambda s: None)
+                    tokens = doc.tokens
+            secs = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"tokens": tokens, "seconds": secs, "rss": rss}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--text", type=Path, default=None)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
+    ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--block", type=int, default=512)
+    ap.add_argument("--child", default="")
+    args = ap.parse_args()
+    text = args.text or default_text()
+    if args.child:
+        n = args.tokens[0]
+        print(json.dumps(child(text, n, args.window, args.block, args.child)))
+        return
+    print(f"text {text.name}, window {args.window}, block {args.block}, q4, model {MODEL.name}")
+    print("| tokens | baseline tok/s | ingest tok/s | ratio | ingest peak RSS MiB |")
+    print("|---|---|---|---|---|")
+    for n in args.tokens:
+        res = {}
+        for mode in ("baseline", "ingest"):
+            cmd = [sys.executable, __file__, "--text", str(text), "--tokens", str(n)]
+            cmd += ["--window", str(args.window), "--block", str(args.block), "--child", mode]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            res[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        b, i = res["baseline"], res["ingest"]
+        bt, it = b["tokens"] / b["seconds"], i["tokens"] / i["seconds"]
+        print(
+            f"| {i['tokens']:.0f} | {bt:.0f} | {it:.0f} | {it / bt:.2f} | {i['rss'] / 2**20:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
