@@ -73,7 +73,7 @@ def rm(
         versions = [
             d
             for d in catalog.documents(store.conn, include_partial=True)
-            if d.name == doc or d.path == doc
+            if d.name == doc or d.path in (doc, catalog.resolved(doc))
         ]
         if not versions:
             raise NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.")

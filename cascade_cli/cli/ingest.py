@@ -23,6 +23,43 @@ from cascade_cli.paging.ingest import IngestStatus, ingest
 from cascade_cli.paging.library import Library
 
 
+class _LazyBar:
+    """A rich progress bar that appears on the first chunk (so early errors stay one line)."""
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+
+    def __init__(self, label: str, block: int) -> None:
+        self.label = label
+        self.block = block
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> _LazyBar:
+        return self
+
+    def __call__(self, s: IngestStatus) -> None:
+        if self.bar is None:
+            self.bar = Progress(*self.columns, console=err)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=s.chars_total, info="")
+        assert self.task is not None
+        rate = (s.tokens - s.resumed_from * self.block) / max(s.elapsed, 1e-9)
+        info = f"{s.tokens} tok · {s.chunks} chunks · {rate:.0f} tok/s · "
+        info += f"{s.bytes_on_disk / 2**20:.1f} MiB"
+        self.bar.update(self.task, total=s.chars_total, completed=s.chars_done, info=info)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def ingest_cmd(
     files: Annotated[list[Path], typer.Argument(help="Text or Markdown files to ingest.")],
     name: Annotated[
@@ -73,23 +110,7 @@ def ingest_cmd(
             err.print(f"[yellow]store repaired:[/yellow] {lib.disk.repair_report.summary()}")
         for path in files:
             doc_name = name or path.stem
-            columns = (
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.percentage:>3.0f}%"),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-            )
-            with Progress(*columns, console=err, transient=False) as bar:
-                task = bar.add_task(doc_name, total=1, info="")
-
-                def update(s: IngestStatus, task: TaskID = task) -> None:
-                    rate = (s.tokens - s.resumed_from * cfg.block_size) / max(s.elapsed, 1e-9)
-                    info = f"{s.tokens} tok · {s.chunks} chunks · {rate:.0f} tok/s · "
-                    info += f"{s.bytes_on_disk / 2**20:.1f} MiB"
-                    bar.update(task, total=s.chars_total, completed=s.chars_done, info=info)
-
+            with _LazyBar(doc_name, cfg.block_size) as update:
                 doc = ingest(ctx, lib, path, doc_name, encoding, update)
             out.print(
                 f"ingested [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "

@@ -114,7 +114,7 @@ class Context:
 
     def fingerprint(self) -> str:
         """Model fingerprint plus this context's KV layout (types, V transposition)."""
-        fa = "fa" if self.flash_attn else "nofa"
+        fa = "flash-attn-on" if self.flash_attn else "flash-attn-off"
         return f"{self.model.fingerprint(self.type_k, self.type_v)}-{fa}"
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cascade_cli.errors import NotFoundError
@@ -105,13 +106,18 @@ def documents(conn: sqlite3.Connection, include_partial: bool = False) -> list[D
     return [_doc(r) for r in rows]
 
 
+def resolved(ref: str) -> str:
+    """`ref` as the absolute path ingest records."""
+    return str(Path(ref).expanduser().resolve())
+
+
 def find(conn: sqlite3.Connection, ref: str) -> Document:
-    """The ready document named `ref`, or whose source path is `ref`."""
+    """The ready document named `ref`, or whose source path is `ref` (relative paths too)."""
     if has_tables(conn):
         row = conn.execute(
-            f"SELECT {_COLS} FROM documents WHERE status = 'ready' AND (name = ? OR path = ?)"
+            f"SELECT {_COLS} FROM documents WHERE status = 'ready' AND (name = ? OR path IN (?, ?))"
             " ORDER BY version DESC LIMIT 1",
-            (ref, ref),
+            (ref, ref, resolved(ref)),
         ).fetchone()
         if row:
             return _doc(row)
@@ -162,6 +168,13 @@ def add_chunk_text(
         "INSERT INTO chunk_text (text, doc_id, idx, char_start, char_end) VALUES (?, ?, ?, ?, ?)",
         (text, doc.id, idx, char_start, char_end),
     )
+
+
+def indexed(conn: sqlite3.Connection, doc: Document) -> set[int]:
+    """Chunk indices that have both their text and their key summary rows."""
+    text = {i for (i,) in conn.execute("SELECT idx FROM chunk_text WHERE doc_id = ?", (doc.id,))}
+    keys = {i for (i,) in conn.execute("SELECT idx FROM chunk_keys WHERE doc_id = ?", (doc.id,))}
+    return text & keys
 
 
 def add_summary(conn: sqlite3.Connection, doc: Document, idx: int, summary: bytes) -> None:

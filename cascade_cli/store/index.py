@@ -55,6 +55,15 @@ def row_values(m: ChunkMeta) -> tuple[object, ...]:
     )  # fmt: skip
 
 
+def describe(stored: str, loaded: str) -> str:
+    """Name what differs between two fingerprints: the tails when they share a long prefix."""
+    common = next((i for i, (a, b) in enumerate(zip(stored, loaded, strict=False)) if a != b), 0)
+    common = stored.rfind("-", 0, common) + 1  # show whole dash-separated words
+    if common >= 16:
+        return f"stored …{stored[common:] or '-'}, loaded …{loaded[common:] or '-'}"
+    return f"stored {stored}, loaded {loaded}"
+
+
 def check_identity(
     conn: sqlite3.Connection, root: Path, fingerprint: str | None, *, write: bool
 ) -> str | None:
@@ -79,8 +88,8 @@ def check_identity(
         return fingerprint
     if fingerprint is not None and fingerprint != stored:
         raise FingerprintMismatchError(
-            f"store {root} holds KV states of model {stored[:16]}, not of the loaded model "
-            f"{fingerprint[:16]}",
+            f"store {root} holds KV states made with another model or KV layout "
+            f"({describe(stored, fingerprint)})",
             RM_FIX,
         )
     return stored

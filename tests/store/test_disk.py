@@ -157,18 +157,18 @@ def test_budget_evicts_lru_unpinned_only(tmp_path: Path) -> None:
 
 def test_register_migrations_from_outside(tmp_path: Path) -> None:
     def m001_documents(conn: sqlite3.Connection) -> None:
-        conn.execute("CREATE TABLE documents (name TEXT PRIMARY KEY, tokens INTEGER)")
+        conn.execute("CREATE TABLE test_documents (name TEXT PRIMARY KEY, tokens INTEGER)")
 
     def m002_more(conn: sqlite3.Connection) -> None:
-        conn.execute("ALTER TABLE documents ADD COLUMN note TEXT")
+        conn.execute("ALTER TABLE test_documents ADD COLUMN note TEXT")
 
     register_migrations("test_docs", [m001_documents])
     try:
         with DiskStore.open(tmp_path, "fp") as store, store.transaction() as conn:
-            conn.execute("INSERT INTO documents VALUES ('a', 10)")
+            conn.execute("INSERT INTO test_documents VALUES ('a', 10)")
         register_migrations("test_docs", [m001_documents, m002_more])
         with DiskStore.open(tmp_path, "fp") as store:
-            row = store.conn.execute("SELECT name, tokens, note FROM documents").fetchone()
+            row = store.conn.execute("SELECT name, tokens, note FROM test_documents").fetchone()
             assert row == ("a", 10, None)
             applied = {r[1] for r in store.conn.execute("SELECT * FROM _migrations")}
             assert {"m001_initial", "m002_stats", "m001_documents", "m002_more"} <= applied

@@ -1,0 +1,468 @@
+"""`cascade ingest / ask / docs / rm / stats` end to end: real model, real store, subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.helpers import assert_one_line_error, run_cli
+from tests.paging.helpers import (
+    NEEDLE,
+    SMALL,
+    chunk_rows,
+    committed_chunks,
+    data_bytes,
+    doc_id,
+    doc_rows,
+    env_for,
+    indexed_bytes,
+    kill_after_chunks,
+    popen_cli,
+    query,
+    text_rows,
+    write_text,
+)
+
+ASK_SMALL = ["--gpu-cache-size", "512", "--max-tokens", "16"]
+
+
+def cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """run_cli with one llama.cpp thread (see env_for)."""
+    return run_cli(args, home, env=env_for(home))
+
+
+def assert_error_last(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
+    """Non-zero exit, no traceback, and the last stderr line is the error naming `fragment`."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error: ") and fragment in lines[-1], proc.stderr
+
+
+def ingest(home: Path, path: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    proc = cli(["ingest", str(path), "--name", name, *SMALL, *extra], home)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def ask_json(home: Path, doc: str, question: str, *extra: str) -> dict[str, Any]:
+    proc = cli(["ask", doc, question, "--json", *ASK_SMALL, *extra], home)
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def stats_json(home: Path) -> dict[str, Any]:
+    proc = cli(["stats", "--json"], home)
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def docs_json(home: Path) -> list[dict[str, Any]]:
+    proc = cli(["docs", "--json"], home)
+    assert proc.returncode == 0, proc.stderr
+    rows: list[dict[str, Any]] = json.loads(proc.stdout)["documents"]
+    return rows
+
+
+def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
+    """The --json document of `ask` and its figures against the store."""
+    assert {"answer", "doc", "chunks", "timings"} <= set(data)
+    assert data["doc"] == name
+    assert isinstance(data["answer"], str) and data["answer"].strip()
+    timings = data["timings"]
+    assert set(timings) >= {
+        "ttft_s",
+        "restore_s",
+        "restored_tokens",
+        "prefill_tokens",
+        "gen_tokens",
+        "tokens_per_s",
+    }
+    rows = {r["idx"]: r for r in chunk_rows(home, f"doc:{doc_id(home, name)}")}
+    chunks = data["chunks"]
+    assert chunks, "no chunk was paged in"
+    idx = [c["index"] for c in chunks]
+    assert idx == sorted(set(idx))
+    for c in chunks:
+        assert {"index", "tokens", "tier"} <= set(c)
+        assert c["tier"] in ("ram", "disk", "recomputed")
+        assert c["tokens"] == len(rows[c["index"]]["tokens"])
+    restored = sum(c["tokens"] for c in chunks if c["tier"] in ("ram", "disk"))
+    assert timings["restored_tokens"] == restored
+    assert 0 < timings["gen_tokens"] <= 16
+    assert timings["prefill_tokens"] > 0
+    assert 0 < timings["restore_s"] <= timings["ttft_s"]
+    assert timings["tokens_per_s"] >= 0
+
+
+# ---- 1. ingest → ask --------------------------------------------------------------------------
+
+
+def test_ingest_then_ask_json(home: Path, tmp_path: Path) -> None:
+    src = write_text(tmp_path / "gpl.txt", 6000)
+    proc = ingest(home, src, "x")
+    ((_, name, version, status, tokens, n_chunks),) = doc_rows(home)
+    assert (name, version, status) == ("x", 1, "ready")
+    assert f"ingested x v1: {tokens} tokens, {n_chunks} chunks, q4" in proc.stdout
+    assert n_chunks == -(-tokens // 128) and n_chunks >= 8
+
+    data = ask_json(home, "x", "Who can change the GNU General Public License?")
+    check_answer_shape(data, home, "x")
+    assert {c["tier"] for c in data["chunks"]} <= {"ram", "disk"}
+    assert data["timings"]["restored_tokens"] > 0
+
+    by_path = ask_json(home, str(src.resolve()), "What is free software?")
+    check_answer_shape(by_path, home, "x")
+
+
+def test_ask_by_relative_path(home: Path, tmp_path: Path) -> None:
+    src = write_text(tmp_path / "gpl.txt", 3000)
+    ingest(home, src, "x")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cascade_cli",
+            "ask",
+            "gpl.txt",
+            "What is this?",
+            "--json",
+            *ASK_SMALL,
+        ],
+        cwd=tmp_path,
+        env=env_for(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["doc"] == "x"
+
+
+# ---- 2. resume after SIGKILL ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("block", [128, 256])  # 256: the window holds no previous chunk
+def test_resume_after_sigkill_matches_clean_ingest(
+    home: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, block: int
+) -> None:
+    src = write_text(tmp_path / "gpl.txt", 9000)
+    args = [
+        "ingest",
+        str(src),
+        "--name",
+        "g",
+        "--gpu-cache-size",
+        "512",
+        "--block-size",
+        str(block),
+    ]
+
+    proc = popen_cli(args, home)
+    before = kill_after_chunks(proc, home, 3)
+    ((did, _, _, status, _, _),) = doc_rows(home)
+    assert status == "ingesting"
+    early = {r["key"]: (r["created"], r["file"]) for r in chunk_rows(home, f"doc:{did}")}
+    assert len(early) >= before >= 3
+
+    resumed = cli(args, home)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = doc_rows(home)
+    assert [r[:4] for r in rows] == [(did, "g", 1, "ready")], "resume must reuse the version"
+
+    clean_home = tmp_path_factory.mktemp("clean")
+    (clean_home / "models").mkdir()
+    for m in (home / "models").iterdir():
+        (clean_home / "models" / m.name).symlink_to(m.resolve())
+    clean = cli(args, clean_home)
+    assert clean.returncode == 0, clean.stderr
+    ((cdid, _, _, _, ctokens, cchunks),) = doc_rows(clean_home)
+    assert rows[0][4:] == (ctokens, cchunks)
+
+    got = chunk_rows(home, f"doc:{did}")
+    want = chunk_rows(clean_home, f"doc:{cdid}")
+    assert len(got) == len(want) == cchunks
+    for g, w in zip(got, want, strict=True):
+        assert (g["idx"], g["start"], g["end"], g["pos"]) == (
+            w["idx"],
+            w["start"],
+            w["end"],
+            w["pos"],
+        )
+        assert g["tokens"] == w["tokens"]
+    # chunk text (BM25) and its character offsets are the same as a clean run's, none missing
+    assert text_rows(home, did) == text_rows(clean_home, cdid)
+    # the chunks committed before the kill were kept, not recomputed
+    for r in got:
+        if r["key"] in early:
+            assert (r["created"], r["file"]) == early[r["key"]]
+    assert ask_json(home, "g", "What does copyleft mean?")["chunks"]
+
+
+# ---- 5. corrupted chunk -----------------------------------------------------------------------
+
+
+def test_corrupt_chunk_is_recomputed_not_served(home: Path, tmp_path: Path) -> None:
+    src = write_text(tmp_path / "gpl.txt", 6000)
+    ingest(home, src, "x")
+    question = "What does the word Program mean in this License?"
+    first = ask_json(home, "x", question, "--recall", "bm25")
+    owner = f"doc:{doc_id(home, 'x')}"
+    rows = {r["idx"]: r for r in chunk_rows(home, owner)}
+    victim = first["chunks"][0]["index"]
+    path = home / "store" / "data" / rows[victim]["file"]
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(raw))
+
+    second = ask_json(home, "x", question, "--recall", "bm25")
+    check_answer_shape(second, home, "x")
+    tiers = {c["index"]: c["tier"] for c in second["chunks"]}
+    assert [c["index"] for c in second["chunks"]] == [c["index"] for c in first["chunks"]]
+    assert tiers[victim] == "recomputed"
+    assert all(t == "disk" for i, t in tiers.items() if i != victim)
+    assert second["timings"]["restored_tokens"] == first["timings"]["restored_tokens"] - len(
+        rows[victim]["tokens"]
+    )
+
+    # re-saved: a new verified file, same token ids; the bad file is gone
+    after = {r["idx"]: r for r in chunk_rows(home, owner)}
+    assert after[victim]["file"] != rows[victim]["file"]
+    assert after[victim]["tokens"] == rows[victim]["tokens"]
+    assert not path.exists()
+    from cascade_cli.store import DiskStore
+
+    with DiskStore.open(home / "store", None, readonly=True) as store:
+        assert len(store.get(after[victim]["key"])) == after[victim]["nbytes"]
+    third = ask_json(home, "x", question, "--recall", "bm25")
+    assert {c["index"]: c["tier"] for c in third["chunks"]}[victim] == "disk"
+
+
+# ---- 6. rm ------------------------------------------------------------------------------------
+
+
+def test_rm_frees_space_and_unlists(home: Path, tmp_path: Path) -> None:
+    ingest(home, write_text(tmp_path / "a.txt", 3000), "a")
+    ingest(home, write_text(tmp_path / "b.txt", 3000, start=9000), "b")
+    a_bytes = sum(r["nbytes"] for r in chunk_rows(home, f"doc:{doc_id(home, 'a')}"))
+    total = data_bytes(home)
+    assert a_bytes > 0 and total > a_bytes
+
+    proc = cli(["rm", "a"], home)
+    assert proc.returncode == 0, proc.stderr
+    assert "removed a: 1 version(s)" in proc.stdout
+    assert data_bytes(home) == total - a_bytes
+    assert [d["name"] for d in docs_json(home)] == ["b"]
+    assert query(
+        home, "SELECT COUNT(*) FROM chunk_text WHERE doc_id NOT IN (SELECT id FROM documents)"
+    ) == [(0,)]
+
+    assert cli(["rm", "b"], home).returncode == 0
+    assert docs_json(home) == []
+    assert committed_chunks(home) == 0
+    # what is left is only shared, non-document state (the prompt's sink), all of it indexed
+    assert data_bytes(home) == indexed_bytes(home, "owner NOT LIKE 'doc:%'") < total // 10
+
+    assert_one_line_error(cli(["rm", "b"], home), "no ingested document named 'b'")
+    assert_one_line_error(cli(["rm", "zzz"], home), "no ingested document named 'zzz'")
+
+
+def test_rm_without_store_is_one_line_error(home: Path) -> None:
+    proc = cli(["rm", "nothing"], home)
+    assert_one_line_error(proc, "no ingested document named 'nothing'")
+    assert proc.returncode == 5
+
+
+# ---- 7. versions ------------------------------------------------------------------------------
+
+
+def test_reingest_versions(home: Path, tmp_path: Path) -> None:
+    src = write_text(tmp_path / "doc.txt", 3000)
+    ingest(home, src, "d")
+    ((v1, *_),) = doc_rows(home)
+    v1_chunks = chunk_rows(home, f"doc:{v1}")
+
+    same = ingest(home, src, "d")
+    assert "ingested d v1:" in same.stdout
+    assert [r[:4] for r in doc_rows(home)] == [(v1, "d", 1, "ready")]
+    assert chunk_rows(home, f"doc:{v1}") == v1_chunks, "an unchanged file was re-ingested"
+
+    # a changed file: a killed ingest of version 2 leaves version 1 whole and askable
+    write_text(src, 9000)
+    proc = popen_cli(["ingest", str(src), "--name", "d", *SMALL], home)
+    kill_after_chunks(proc, home, len(v1_chunks) + 2)
+    rows = doc_rows(home)
+    assert [r[1:4] for r in rows] == [("d", 1, "ready"), ("d", 2, "ingesting")]
+    assert chunk_rows(home, f"doc:{v1}") == v1_chunks
+    assert ask_json(home, "d", "What is this License about?")["chunks"]
+    assert {(d["version"], d["status"]) for d in docs_json(home)} == {
+        (1, "ready"),
+        (2, "ingesting"),
+    }
+
+    done = ingest(home, src, "d")
+    assert "ingested d v2:" in done.stdout
+    ((v2, _, version, status, _, _),) = doc_rows(home)
+    assert (version, status) == (2, "ready") and v2 != v1
+    assert chunk_rows(home, f"doc:{v1}") == []
+    assert text_rows(home, v1) == []
+    assert sum(r["nbytes"] for r in chunk_rows(home, f"doc:{v2}")) == indexed_bytes(
+        home, "owner LIKE 'doc:%'"
+    )
+    assert indexed_bytes(home) == data_bytes(home)
+    assert ask_json(home, "d", "What is this License about?")["doc"] == "d"
+
+
+# ---- 8. bad input -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_home(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Path]:
+    """One store holding document `x`, shared by the bad-input cases (none may change it)."""
+    home = tmp_path_factory.mktemp("shared")
+    (home / "models").mkdir()
+    (home / "models" / model_path.name).symlink_to(model_path)
+    src = write_text(home / "x.txt", 3000)
+    proc = cli(["ingest", str(src), "--name", "x", *SMALL], home)
+    assert proc.returncode == 0, proc.stderr
+    yield home
+
+
+def _bad_file(home: Path, name: str, data: bytes) -> str:
+    path = home / name
+    path.write_bytes(data)
+    return str(path)
+
+
+BAD: list[tuple[str, Any, int, str]] = [
+    ("binary", lambda h: ["ingest", _bad_file(h, "b.bin", b"text\x00\x01\x02 more"), *SMALL], 2, "looks like a binary file"),
+    ("latin1", lambda h: ["ingest", _bad_file(h, "l.txt", "café crème\n".encode("latin-1")), *SMALL], 2, "--encoding"),
+    ("missing", lambda h: ["ingest", str(h / "nope.txt"), *SMALL], 2, "nope.txt"),
+    ("empty", lambda h: ["ingest", _bad_file(h, "e.txt", b""), *SMALL], 2, "empty"),
+    ("blank", lambda h: ["ingest", _bad_file(h, "w.txt", b"  \n\n\t\n"), *SMALL], 2, "empty"),
+    ("block-too-big", lambda h: ["ingest", _bad_file(h, "k.txt", b"hello there\n"), "--gpu-cache-size", "512", "--block-size", "1024"], 2, "does not fit"),
+    ("ask-unknown", lambda h: ["ask", "nosuchdoc", "What?"], 5, "no ingested document named 'nosuchdoc'"),
+    ("recall", lambda h: ["ask", "x", "What?", "--recall", "nonsense"], 2, "unknown recall 'nonsense'"),
+    ("empty-question", lambda h: ["ask", "x", "   "], 2, "the question is empty"),
+    ("fingerprint-ingest", lambda h: ["ingest", str(h / "x.txt"), "--name", "x", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
+    ("fingerprint-ask", lambda h: ["ask", "x", "What?", "--flash-attn", "on"], 5, "holds KV states made with another model"),
+    ("reingest-other-name-flash", lambda h: ["ingest", str(h / "x.txt"), "--name", "y", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "args", "code", "fragment"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_fails_cleanly_and_loses_nothing(
+    shared_home: Path, case: str, args: Any, code: int, fragment: str
+) -> None:
+    home = shared_home
+    did = doc_id(home, "x")
+    before = (doc_rows(home), chunk_rows(home, f"doc:{did}"), data_bytes(home))
+    proc = cli(args(home), home)
+    assert_error_last(proc, fragment)
+    assert proc.returncode == code
+    assert_one_line_error(proc, fragment)
+    assert (doc_rows(home), chunk_rows(home, f"doc:{did}"), data_bytes(home)) == before
+    data = ask_json(home, "x", "Who wrote this License?")
+    check_answer_shape(data, home, "x")
+
+
+@pytest.mark.parametrize("case", ["binary", "empty"])
+def test_ingest_input_error_is_one_line(shared_home: Path, case: str) -> None:
+    (_, args, _, fragment) = next(b for b in BAD if b[0] == case)
+    assert_one_line_error(cli(args(shared_home), shared_home), fragment)
+
+
+def test_latin1_with_encoding_flag(home: Path) -> None:
+    text = "Le café de la crème brûlée. " * 40 + "\n"
+    path = home / "fr.txt"
+    path.write_bytes(text.encode("latin-1"))
+    assert_error_last(cli(["ingest", str(path), *SMALL], home), "--encoding latin-1")
+    ingest(home, path, "fr", "--encoding", "latin-1")
+    ((did, *_),) = doc_rows(home)
+    assert "".join(t for _, t, _, _ in text_rows(home, did)) == text
+    assert ask_json(home, "fr", "What is this about?")["doc"] == "fr"
+
+
+def test_fingerprint_error_names_different_models(shared_home: Path) -> None:
+    proc = cli(["ask", "x", "What?", "--flash-attn", "on"], shared_home)
+    assert proc.returncode == 5
+    assert "stored …off, loaded …on" in proc.stderr, proc.stderr
+
+
+# ---- 9. stats ---------------------------------------------------------------------------------
+
+
+def test_stats_after_ingest_and_asks(home: Path, tmp_path: Path) -> None:
+    ingest(home, write_text(tmp_path / "s.txt", 4000), "s")
+    s0 = stats_json(home)
+    for tier in ("window", "ram", "disk"):
+        assert {"hits", "misses", "bytes_read", "bytes_written"} <= set(s0["tiers"][tier])
+    rows = chunk_rows(home, f"doc:{doc_id(home, 's')}")
+    stored = sum(r["nbytes"] for r in rows)
+    assert s0["tiers"]["disk"]["bytes_written"] >= stored > 0
+    (d,) = s0["documents"]
+    assert {"name", "tokens", "chunks", "bytes", "compression"} <= set(d)
+    assert (d["name"], d["chunks"], d["bytes"], d["compression"]) == ("s", len(rows), stored, "q4")
+    assert d["tokens"] == sum(len(r["tokens"]) for r in rows)
+    assert indexed_bytes(home) == data_bytes(home)
+
+    snaps = [s0]
+    for _ in range(2):
+        a = ask_json(home, "s", "What are the conditions for conveying?")
+        snaps.append(stats_json(home))
+        prev, cur = snaps[-2]["tiers"], snaps[-1]["tiers"]
+        n = len(a["chunks"])
+        assert cur["disk"]["hits"] >= prev["disk"]["hits"] + n  # + the sink, when stored
+        assert cur["disk"]["bytes_read"] > prev["disk"]["bytes_read"]
+        assert cur["ram"]["bytes_written"] > prev["ram"]["bytes_written"]
+        assert cur["window"]["misses"] == prev["window"]["misses"] + n
+        assert cur["disk"]["bytes_written"] == prev["disk"]["bytes_written"]
+
+
+# ---- 10. two writers --------------------------------------------------------------------------
+
+
+def test_second_ingest_waits_then_fails_naming_pid(home: Path, tmp_path: Path) -> None:
+    big = write_text(tmp_path / "big.txt", 40000)
+    other = write_text(tmp_path / "other.txt", 2000)
+    first = popen_cli(["ingest", str(big), "--name", "big", *SMALL], home)
+    try:
+        deadline = time.monotonic() + 120
+        while committed_chunks(home) < 1:
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        second = cli(["ingest", str(other), "--name", "other", *SMALL], home)
+        waited = time.monotonic() - t0
+        assert first.poll() is None, "the first ingest finished before the second gave up"
+        assert_one_line_error(second, f"in use by process {first.pid}")
+        assert second.returncode == 5
+        assert waited >= 5.0
+    finally:
+        first.kill()
+        first.wait(30)
+    assert [r[1] for r in doc_rows(home)] == ["big"]
+
+
+# ---- 4. needle via the CLI --------------------------------------------------------------------
+
+
+def test_ask_finds_needle(home: Path, tmp_path: Path) -> None:
+    ingest(home, write_text(tmp_path / "n.txt", 6000, needle=NEEDLE), "n")
+    did = doc_id(home, "n")
+    (needle_idx,) = [i for i, t, _, _ in text_rows(home, did) if "48213" in t]
+    data = ask_json(home, "n", "What is the pass key?", "--max-tokens", "24")
+    assert needle_idx in [c["index"] for c in data["chunks"]]
+    assert "48213" in data["answer"], data["answer"]

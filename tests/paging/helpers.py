@@ -1,0 +1,162 @@
+"""Shared pieces of the ingest/ask tests: real texts, CLI runs, read-only looks at the store."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GPL = Path("/usr/share/common-licenses/GPL-3")
+#: Small settings so a real ingest of a few thousand tokens takes seconds on 2 cores.
+SMALL = ["--gpu-cache-size", "512", "--block-size", "128"]
+NEEDLE = "The pass key is 48213. Remember it."
+
+
+def gpl_text(chars: int, start: int = 0) -> str:
+    """A slice of the GPL-3 (about 4.5 characters a token), cut at a line end."""
+    text = GPL.read_text(encoding="utf-8")[start:]
+    cut = text.rfind("\n", 0, chars)
+    return text[: cut + 1 if cut > 0 else chars]
+
+
+def write_text(path: Path, chars: int, needle: str | None = None, start: int = 0) -> Path:
+    """Write a GPL-3 slice to `path`, with `needle` as its own paragraph in the middle."""
+    text = gpl_text(chars, start)
+    if needle:
+        mid = text.find("\n\n", len(text) // 2)
+        assert mid > 0
+        text = f"{text[:mid]}\n\n{needle}\n\n{text[mid + 2 :]}"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def env_for(home: Path) -> dict[str, str]:
+    """The environment of a CLI run: only CASCADE_HOME and one thread.
+
+    One thread, because llama.cpp's worker threads spin-wait: with two cores shared by other
+    processes, two threads each run about ten times slower than one.
+    """
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    return {**clean, "CASCADE_HOME": str(home), "CASCADE_THREADS": "1"}
+
+
+def popen_cli(args: list[str], home: Path) -> subprocess.Popen[str]:
+    """Start `python -m cascade_cli ARGS` in the background (stdout/stderr to files in home)."""
+    out = (home / f"popen-{time.monotonic_ns()}.out").open("w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "cascade_cli", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(home),
+    )
+
+
+def index_path(home: Path) -> Path:
+    return home / "store" / "index.sqlite"
+
+
+def ro(home: Path) -> sqlite3.Connection:
+    """A read-only connection to the store's index (safe beside a running writer)."""
+    conn = sqlite3.connect(f"file:{index_path(home)}?mode=ro", uri=True, timeout=30)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    return conn
+
+
+def query(home: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    conn = ro(home)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def committed_chunks(home: Path) -> int:
+    """Document chunk rows in the index so far; 0 while the index or its tables do not exist."""
+    if not index_path(home).exists():
+        return 0
+    try:
+        return int(query(home, "SELECT COUNT(*) FROM chunks WHERE owner LIKE 'doc:%'")[0][0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def kill_after_chunks(proc: subprocess.Popen[str], home: Path, n: int, timeout: float = 120) -> int:
+    """SIGKILL `proc` once `n` chunks are committed; returns how many there were then."""
+    deadline = time.monotonic() + timeout
+    while committed_chunks(home) < n:
+        assert proc.poll() is None, "the ingest ended before it could be killed"
+        assert time.monotonic() < deadline, "no chunks were committed in time"
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait(30)
+    assert proc.returncode == -9
+    return committed_chunks(home)
+
+
+def doc_rows(home: Path) -> list[tuple[Any, ...]]:
+    """(id, name, version, status, tokens, chunks) of every document row."""
+    return query(
+        home, "SELECT id, name, version, status, tokens, chunks FROM documents ORDER BY id"
+    )
+
+
+def doc_id(home: Path, name: str) -> int:
+    rows = query(
+        home,
+        "SELECT id FROM documents WHERE name = ? AND status = 'ready' ORDER BY version DESC",
+        (name,),
+    )
+    assert rows, f"no ready document {name!r}"
+    return int(rows[0][0])
+
+
+def chunk_rows(home: Path, owner: str) -> list[dict[str, Any]]:
+    """The chunk index rows of one owner, by index, tokens decoded."""
+    rows = query(
+        home,
+        "SELECT key, idx, tok_start, tok_end, tokens, pos, created, file, nbytes FROM chunks"
+        " WHERE owner = ? ORDER BY idx",
+        (owner,),
+    )
+    return [
+        {
+            "key": key,
+            "idx": idx,
+            "start": s,
+            "end": e,
+            "tokens": np.frombuffer(toks, dtype="<i4").tolist(),
+            "pos": pos,
+            "created": created,
+            "file": file,
+            "nbytes": nbytes,
+        }
+        for key, idx, s, e, toks, pos, created, file, nbytes in rows
+    ]
+
+
+def text_rows(home: Path, did: int) -> list[tuple[Any, ...]]:
+    """(idx, text, char_start, char_end) of a document's chunk_text rows, by index."""
+    return query(
+        home,
+        "SELECT CAST(idx AS INTEGER), text, char_start, char_end FROM chunk_text"
+        " WHERE doc_id = ? ORDER BY CAST(idx AS INTEGER)",
+        (did,),
+    )
+
+
+def data_bytes(home: Path) -> int:
+    """Bytes of every file under the store's data directory."""
+    data = home / "store" / "data"
+    return sum(p.stat().st_size for p in data.rglob("*") if p.is_file())
+
+
+def indexed_bytes(home: Path, where: str = "1") -> int:
+    """Sum of nbytes of the chunk rows matching `where` (every row by default)."""
+    return int(query(home, f"SELECT COALESCE(SUM(nbytes), 0) FROM chunks WHERE {where}")[0][0])

@@ -1,0 +1,104 @@
+"""ingest and recall through the library API, in process: real model, real store, real files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context, Model
+from cascade_cli.paging import ingest as ingest_mod
+from cascade_cli.paging.ask import plan
+from cascade_cli.paging.ingest import IngestStatus, chunks, ingest, pieces
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame
+from tests.paging.helpers import NEEDLE, text_rows, write_text
+
+WINDOW = 512
+BLOCK = 128
+
+
+@pytest.fixture()
+def ctx(model: object) -> Iterator[Context]:
+    with Context(
+        cast(Model, model), n_ctx=WINDOW + BLOCK + 256, n_seq_max=4, n_batch=BLOCK, n_threads=1
+    ) as c:
+        yield c
+
+
+@pytest.fixture()
+def lib(home: Path, ctx: Context) -> Iterator[Library]:
+    cfg = Settings(
+        gpu_cache_size=WINDOW, block_size=BLOCK, disk_cache_path=home / "store", threads=1
+    )
+    with Library(cfg, ctx) as library:
+        yield library
+
+
+def run_ingest(ctx: Context, lib: Library, path: Path, name: str) -> Any:
+    seen: list[IngestStatus] = []
+    doc = ingest(ctx, lib, path, name, "utf-8", seen.append)
+    assert seen and seen[-1].chunks == doc.chunks and seen[-1].tokens == doc.tokens
+    assert seen[-1].chars_done == seen[-1].chars_total == len(path.read_text(encoding="utf-8"))
+    return doc
+
+
+def test_chunks_round_trip_token_ids_and_positions(
+    ctx: Context, lib: Library, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # small pieces so the file is tokenized in several pieces, as a long book would be
+    monkeypatch.setattr(ingest_mod, "_PIECE", 2000)
+    src = write_text(tmp_path / "gpl.txt", 7000)
+    text = src.read_text(encoding="utf-8")
+    parts = list(pieces(text))
+    assert len(parts) >= 3 and "".join(p for _, p in parts) == text
+    expected = [t for _, p in parts for t in ctx.model.tokenize(p)]
+    blocks = [toks for toks, _ in chunks(ctx, text, BLOCK)]
+    assert [t for b in blocks for t in b] == expected
+
+    doc = run_ingest(ctx, lib, src, "gpl")
+    metas = lib.disk.chunks(doc.owner)
+    assert doc.tokens == len(expected) and doc.chunks == len(blocks) == len(metas)
+    assert [t for m in metas for t in m.tokens.tolist()] == expected
+    p0 = len(frame(ctx.model).prefix)
+    assert doc.prefix_tokens == p0 and doc.window == WINDOW and doc.block_size == BLOCK
+    start, end = 0, p0  # the sliding window, replayed
+    live: list[int] = []
+    for i, (m, toks) in enumerate(zip(metas, blocks, strict=True)):
+        assert (m.index, m.key, m.owner) == (i, doc.chunk_key(i), doc.owner)
+        assert m.tokens.tolist() == toks and m.n_tokens == len(toks)
+        assert (m.start, m.end) == (start, start + len(toks))
+        while WINDOW - end < len(toks):
+            end -= live.pop(0)
+        assert m.pos == end and p0 <= m.pos and m.pos + m.n_tokens <= WINDOW
+        end += len(toks)
+        live.append(len(toks))
+        start += len(toks)
+        assert len(lib.disk.get(m.key)) == m.nbytes  # verified payload
+    # chunk text: detokenized chunks, contiguous character offsets
+    rows = text_rows(home, doc.id)
+    assert [r[0] for r in rows] == list(range(doc.chunks))
+    offset = 0
+    for (_, chunk_text, c0, c1), toks in zip(rows, blocks, strict=True):
+        assert chunk_text == ctx.model.detokenize(toks)
+        assert (c0, c1) == (offset, offset + len(chunk_text))
+        offset = c1
+
+
+def test_recall_includes_needle_chunk(
+    ctx: Context, lib: Library, home: Path, tmp_path: Path
+) -> None:
+    src = write_text(tmp_path / "needle.txt", 7000, needle=NEEDLE)
+    doc = run_ingest(ctx, lib, src, "needle")
+    hits = [i for i, t, _, _ in text_rows(home, doc.id) if "48213" in t]
+    assert len(hits) == 1 and 0 < hits[0] < doc.chunks - 1
+    for mode in ("bm25", "hybrid", "keys"):
+        chosen, q = plan(ctx, lib, doc, "What is the pass key?", WINDOW, mode, 2, 16)
+        assert q and chosen == sorted(set(chosen)) and 0 < len(chosen) <= 3, (mode, chosen)
+        assert all(0 <= i < doc.chunks for i in chosen)
+        assert len(frame(ctx.model).prefix) + BLOCK * len(chosen) + len(q) + 16 <= WINDOW
+        if mode != "keys":  # key-only recall is not expected to match a number
+            assert hits[0] in chosen, (mode, chosen, hits)
