@@ -1,10 +1,11 @@
 """Ingest throughput vs plain sliding-window decoding, and peak RSS for two text lengths.
 
-python bench/ingest_speed.py [--text FILE] [--tokens 8192 16384] [--window 4096] [--block 512]
+python bench/ingest_speed.py [--text FILE] [--tokens 8192] [--memory-tokens 20000 200000]
 
-For each length, in a fresh subprocess (so peak RSS is per run): decode the text with the same
-sliding window and no saving (the baseline), then run the real ingest into a fresh store.
-Prints tokens/s of both, their ratio, and ru_maxrss of the ingest process.
+Each run is a fresh subprocess (so peak RSS is per run). For each --tokens length: decode the
+text with the same sliding window and no saving (the baseline), then the real ingest into a
+fresh store; prints both tokens/s and their ratio. For each --memory-tokens length: the real
+ingest only, with its peak RSS (ru_maxrss) against model file + window KV + memory_cache_size.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def child(text_path: Path, n_tokens: int, window: int, block: int, mode: str) ->
                 "block_size": block,
                 "disk_cache_path": str(Path(tmp) / "store"),
                 "compression": "q4",
-                "memory_cache_size": "64MiB",
+                "memory_cache_size": os.environ.get("BENCH_MEMORY_CACHE", "512MiB"),
             },
             config_file=None,
         )
@@ -85,7 +86,9 @@ def child(text_path: Path, n_tokens: int, window: int, block: int, mode: str) ->
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--text", type=Path, default=None)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
+    ap.add_argument("--tokens", type=int, nargs="*", default=[8192])
+    ap.add_argument("--memory-tokens", type=int, nargs="*", default=[20000, 200000])
+    ap.add_argument("--memory-cache-size", default="512MiB")
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
     ap.add_argument("--child", default="")
@@ -96,19 +99,41 @@ def main() -> None:
         print(json.dumps(child(text, n, args.window, args.block, args.child)))
         return
     print(f"text {text.name}, window {args.window}, block {args.block}, q4, model {MODEL.name}")
-    print("| tokens | baseline tok/s | ingest tok/s | ratio | ingest peak RSS MiB |")
-    print("|---|---|---|---|---|")
+
+    def run(n: int, mode: str) -> dict[str, float]:
+        cmd = [sys.executable, __file__, "--text", str(text), "--tokens", str(n)]
+        cmd += ["--window", str(args.window), "--block", str(args.block), "--child", mode]
+        env = {**os.environ, "BENCH_MEMORY_CACHE": args.memory_cache_size}
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+    if args.tokens:
+        print("| tokens | baseline tok/s | ingest tok/s | ratio |")
+        print("|---|---|---|---|")
     for n in args.tokens:
-        res = {}
-        for mode in ("baseline", "ingest"):
-            cmd = [sys.executable, __file__, "--text", str(text), "--tokens", str(n)]
-            cmd += ["--window", str(args.window), "--block", str(args.block), "--child", mode]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            res[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-        b, i = res["baseline"], res["ingest"]
+        b, i = run(n, "baseline"), run(n, "ingest")
         bt, it = b["tokens"] / b["seconds"], i["tokens"] / i["seconds"]
+        print(f"| {i['tokens']:.0f} | {bt:.0f} | {it:.0f} | {it / bt:.2f} |", flush=True)
+    if args.memory_tokens:
+        from cascade_cli.config import parse_size
+        from cascade_cli.engine import Model
+
+        with Model(MODEL) as m:  # f16 K and V per token, every layer
+            per_token = m.n_layer * (m.n_embd_k_gqa + m.n_embd_v_gqa) * 2
+        kv_bytes = (args.window + args.block) * per_token
+        budget = MODEL.stat().st_size + kv_bytes + parse_size(args.memory_cache_size)
         print(
-            f"| {i['tokens']:.0f} | {bt:.0f} | {it:.0f} | {it / bt:.2f} | {i['rss'] / 2**20:.0f} |"
+            f"\nbound: model {MODEL.stat().st_size / 2**20:.0f} MiB + window KV "
+            f"{kv_bytes / 2**20:.0f} MiB + memory_cache_size {args.memory_cache_size} + 15% = "
+            f"{budget * 1.15 / 2**20:.0f} MiB"
+        )
+        print("| tokens | ingest tok/s | peak RSS MiB |")
+        print("|---|---|---|")
+    for n in args.memory_tokens:
+        i = run(n, "ingest")
+        print(
+            f"| {i['tokens']:.0f} | {i['tokens'] / i['seconds']:.0f} | {i['rss'] / 2**20:.0f} |",
+            flush=True,
         )
 
 

@@ -38,9 +38,10 @@ MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 WORK = ROOT / "bench" / ".work"
 DIRECT = "What is the pass key?"
 PARAPHRASE = "What secret number was I asked to remember?"
-RUNS = [("hybrid", DIRECT, 2), ("bm25", DIRECT, 2), ("keys", DIRECT, 2), ("hybrid", DIRECT, 1),
-        ("hybrid", DIRECT, 4), ("hybrid", PARAPHRASE, 2), ("bm25", PARAPHRASE, 2),
-        ("keys", PARAPHRASE, 2)]  # fmt: skip
+#: (recall mode, question, top_k, neighbours on each side)
+RUNS = [("bm25", DIRECT, 1, 0), ("keys", DIRECT, 1, 0), ("hybrid", DIRECT, 1, 0),
+        ("bm25", DIRECT, 1, 1), ("hybrid", DIRECT, 2, 1),
+        ("bm25", PARAPHRASE, 1, 0), ("keys", PARAPHRASE, 1, 0), ("hybrid", PARAPHRASE, 1, 0)]  # fmt: skip
 
 
 def default_text() -> Path:
@@ -98,11 +99,10 @@ def make_trial(
     """A document with the needle written at `depth`; returns it and the needle's chunk index."""
     metas = sorted(lib.disk.chunks(base.owner), key=lambda m: m.index)
     stream = [int(t) for m in metas for t in m.tokens]
-    needle = ctx.model.tokenize(f" The pass key is {key}. Remember it.")
-    d = int(depth * (len(stream) - len(needle) - 1))
-    while d < len(stream) - len(needle) - 1 and "." not in ctx.model.detokenize(stream[d - 1 : d]):
-        d += 1
-    stream[d : d + len(needle)] = needle
+    needle = ctx.model.tokenize(f"The pass key is {key}. Remember it.\n\n")
+    d = int(depth * (len(stream) - 1))
+    while d < len(stream) - 1 and not ctx.model.detokenize(stream[d - 2 : d]).endswith("\n\n"):
+        d += 1  # start of a paragraph
     with lib.disk.transaction() as conn:
         doc = catalog.create(
             conn, name=f"needle-{n}", path=f"needle-{n}", sha256=f"{n}-{key}-{d}",
@@ -113,6 +113,10 @@ def make_trial(
     first, last_needle = d // block, (d + len(needle) - 1) // block
     writer = SlidingWriter(ctx, lib, doc)
     last = min(len(metas) - 1, last_needle + writer.capacity)
+    # insert the needle; to keep later chunk boundaries, drop as many tokens at the end of the
+    # re-decoded region (a window past the needle, where no later chunk can see the cut)
+    end = metas[last].end
+    stream[d:end] = needle + stream[d : end - len(needle)]
     copied = [copy_chunk(lib, m, doc, base) for m in metas[:first]]
     chars = sum(len(ctx.model.detokenize(m.tokens.tolist())) for m in copied)
     writer.rebuild(copied, chars)
@@ -181,15 +185,15 @@ def main() -> None:
             doc, needle_chunk = make_trial(ctx, lib, base, depth, key, n)
             row = []
             for run in RUNS:
-                mode, question, top_k = run
+                mode, question, top_k, nb = run
                 res = AskResult(doc=doc.name)
                 answer = "".join(ask(ctx, lib, doc, question, res, window=args.window, mode=mode,
-                                     top_k=top_k, max_tokens=24))  # fmt: skip
+                                     top_k=top_k, neighbors=nb, max_tokens=24))  # fmt: skip
                 ok = str(key) in answer
                 hits[run] += ok
                 got = any(c["index"] == needle_chunk for c in res.chunks)
                 recalled[run] += got
-                row.append(f"{mode}/{top_k}{'/para' if question == PARAPHRASE else ''}:"
+                row.append(f"{mode}/{top_k}/{nb}{'/para' if question == PARAPHRASE else ''}:"
                            f"{'Y' if ok else 'n'}{'r' if got else '-'}")  # fmt: skip
                 if run == RUNS[0] and n < args.ttft_trials:
                     metas = [lib.disk.meta(doc.chunk_key(c["index"])) for c in res.chunks]
@@ -199,13 +203,14 @@ def main() -> None:
                     ttft.append((res.timings["ttft_s"], scratch))
             print(f"trial {n:2d} depth {depth:.2f} key {key}: {' '.join(row)}", flush=True)
             lib.remove(doc)
-    print("\n| recall | question | top-k | key in answer | needle chunk recalled |")
-    print("|---|---|---|---|---|")
+    print("\n| recall | question | top-k | neighbours | key in answer | needle chunk recalled |")
+    print("|---|---|---|---|---|---|")
     for run in RUNS:
-        mode, question, top_k = run
+        mode, question, top_k, nb = run
         q = "paraphrased" if question == PARAPHRASE else "direct"
         print(
-            f"| {mode} | {q} | {top_k} | {hits[run]}/{args.trials} | {recalled[run]}/{args.trials} |"
+            f"| {mode} | {q} | {top_k} | {nb} | {hits[run]}/{args.trials} | "
+            f"{recalled[run]}/{args.trials} |"
         )
     if ttft:
         a = sum(x for x, _ in ttft) / len(ttft)

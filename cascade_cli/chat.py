@@ -56,9 +56,9 @@ class ChatSession:
             common += 1
         if common == len(target) and common:
             common -= 1  # re-decode the last token to get fresh logits
-        if common < len(self.tokens):
-            self.ctx.seq_rm(WINDOW_SEQ, common, -1)
-            del self.tokens[common:]
+        # always: an interrupted decode may have left cells past what self.tokens records
+        self.ctx.seq_rm(WINDOW_SEQ, common, -1)
+        del self.tokens[common:]
         todo = target[common:]
         self.ctx.decode(todo, common, WINDOW_SEQ, logits="last")
         self.tokens.extend(todo)
@@ -91,4 +91,5 @@ class ChatSession:
         finally:
             # every sampled token except possibly the last one is in the window
             self.tokens.extend(state.tokens[: state.pos - len(self.tokens)])
+            self.ctx.seq_rm(WINDOW_SEQ, len(self.tokens), -1)  # drop a half-finished decode
             self.messages.append(("assistant", "".join(pieces)))

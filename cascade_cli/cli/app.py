@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -66,6 +67,18 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # e.g. `cascade ask … | head`
+        sys.stderr.close()
+        sys.exit(0)
+    except (OSError, sqlite3.Error) as exc:
+        if STATE.debug:
+            raise
+        err.print(
+            f"[red]error:[/red] I/O failed: {exc}. Check free disk space and permissions "
+            "(a disk budget: --disk-cache-budget); what was stored before is intact.",
+            soft_wrap=True,
+        )
+        sys.exit(5)
     except Exception as exc:
         if STATE.debug:
             raise

@@ -24,12 +24,15 @@ def ask_cmd(
     question: Annotated[str, typer.Argument(help="The question.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     top_k: Annotated[
-        int, typer.Option("--top-k", help="Best-matching chunks (plus neighbours).", min=1)
-    ] = 2,
+        int, typer.Option("--top-k", help="Best-matching chunks to page in.", min=1)
+    ] = 1,
+    neighbors: Annotated[
+        int, typer.Option("--neighbors", help="Chunks added on each side of every hit.", min=0)
+    ] = 0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
-    recall: Annotated[str, typer.Option("--recall", help="bm25, keys or hybrid.")] = "hybrid",
+    recall: Annotated[str, typer.Option("--recall", help="bm25, keys or hybrid.")] = "bm25",
     gpu_cache_size: opt.GpuCacheSize = None,
     memory_cache_size: opt.MemoryCacheSize = None,
     disk_cache_path: opt.DiskCachePath = None,
@@ -71,6 +74,7 @@ def ask_cmd(
             window=cfg.gpu_cache_size,
             mode=recall,
             top_k=top_k,
+            neighbors=neighbors,
             max_tokens=max_tokens,
             sampling=sampling,
         )

@@ -64,12 +64,11 @@ def rm(
     """Remove a document and reclaim its space."""
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
     try:
-        store = DiskStore.open(cfg.disk_cache_path, None)
+        DiskStore.open(cfg.disk_cache_path, None, readonly=True).close()
     except NotFoundError:
-        store = None
-    if store is None:
-        raise NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.")
-    with store:
+        raise NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.") from None
+    with DiskStore.open(cfg.disk_cache_path, None) as store:
+        catalog.sweep(store)
         versions = [
             d
             for d in catalog.documents(store.conn, include_partial=True)
@@ -77,9 +76,5 @@ def rm(
         ]
         if not versions:
             raise NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.")
-        freed = 0
-        for d in versions:
-            with store.transaction() as conn:
-                catalog.forget(conn, d)
-            freed += store.delete_owner(d.owner)
+        freed = sum(catalog.remove(store, d) for d in versions)
     out.print(f"removed {doc}: {len(versions)} version(s), {freed / 2**20:.1f} MiB freed")

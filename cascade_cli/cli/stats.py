@@ -13,7 +13,7 @@ from cascade_cli.cli.state import out, settings
 from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.store import DiskStore, snapshot
-from cascade_cli.store.stats import TIERS
+from cascade_cli.store.stats import LATENCY_OPS, TIERS, empty_histogram
 
 
 def collect(path_flag: Any = None) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
         return {
             "store": str(cfg.disk_cache_path),
             "tiers": {t: dict(empty) for t in TIERS},
-            "latency": {},
+            "latency": {op: empty_histogram() for op in LATENCY_OPS},
             "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
             "documents": [],
         }

@@ -104,7 +104,12 @@ class Context:
         self.n_seq_max = n_seq_max
         self.n_batch = n_batch
         self.n_vocab = model.n_vocab
-        self._batch = Batch(n_batch)
+        try:
+            self._batch = Batch(n_batch)
+        except BaseException:
+            ll.llama_free(handle)
+            self._h = None
+            raise
 
     @property
     def handle(self) -> ll.llama_context_p:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -110,12 +111,20 @@ def _unflatten(flat: F32, rows: int, length: int, fmt: Format) -> F32:
     return flat[: rows * _padded(length, fmt)].reshape(rows, -1)[:, :length]
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
 def _pmap(fn: Callable[[int], T], n: int) -> list[T]:
-    workers = min(n, os.cpu_count() or 1)
-    if workers <= 1:
+    """Map over layers on one shared pool (ggml kernels and numpy release the GIL)."""
+    global _POOL
+    workers = os.cpu_count() or 1
+    if workers <= 1 or n <= 1:
         return [fn(i) for i in range(n)]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, range(n)))
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix="cascade-codec")
+    return list(_POOL.map(fn, range(n)))
 
 
 def _spec_flags(spec: Spec, hdr: kvblob.BlobHeader) -> int:
@@ -263,18 +272,28 @@ def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool) -> None:
         if mean_bytes:
             mean = buf[off : off + mean_bytes].view(np.float16).astype(np.float32)
             kt = kt + mean[:, None]
-        k = np.ascontiguousarray(kt.T)
         if flags & ROT_K:
-            k = _rotate(k)
-        native.to_f16(k, ks[layer], nat)
+            native.to_f16(_rotate(np.ascontiguousarray(kt.T)), ks[layer], nat)
+            return
+        # cast while still channel-major, then transpose the half-size f16 copy
+        tmp = np.empty(kt.shape, dtype=np.float16)
+        native.to_f16(np.ascontiguousarray(kt), tmp, nat)
+        ks[layer][...] = tmp.T
 
     def dec_v(layer: int) -> None:
         off = v0 + layer * v_bytes
         v = _unflatten(native.dequantize(vf.name, buf[off : off + v_bytes], None, nat), n, ev, vf)
+        if hdr.v_trans and flags & ROT_V:
+            # (X H)^T = H X^T (H symmetric): BLAS writes the transposed layout directly
+            vt = np.empty((ev, n), dtype=np.float32)
+            for b in range(0, ev, HADAMARD):
+                np.matmul(_H, v[:, b : b + HADAMARD].T, out=vt[b : b + HADAMARD])
+            native.to_f16(vt, vs[layer], nat)
+            return
         if flags & ROT_V:
             v = _rotate(np.ascontiguousarray(v))
         v = np.ascontiguousarray(v.T if hdr.v_trans else v)
         native.to_f16(v, vs[layer], nat)
 
-    _pmap(dec_k, hdr.n_layer)
-    _pmap(dec_v, hdr.n_layer)
+    n_layer = hdr.n_layer
+    _pmap(lambda i: dec_k(i) if i < n_layer else dec_v(i - n_layer), 2 * n_layer)

@@ -9,7 +9,7 @@ from typing import Any
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import CorruptChunkError
+from cascade_cli.errors import ContextFullError, CorruptChunkError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
@@ -51,12 +51,19 @@ def plan(
     mode: str,
     top_k: int,
     reserve: int,
+    neighbors: int = 1,
 ) -> tuple[list[int], list[int]]:
     """(chunk indices to page in, question tokens) sized to fit the window with `reserve` left."""
     fr = frame(ctx.model)
     q = question_tokens(ctx.model, fr, question)
     room = window - len(fr.prefix) - len(q) - reserve
     budget = max(0, room // doc.block_size)
+    if budget == 0:
+        raise ContextFullError(
+            f"a {window}-token window has no room for a {doc.block_size}-token chunk "
+            f"after the prompt, the question and {reserve} answer tokens",
+            "Raise --gpu-cache-size or lower --max-tokens.",
+        )
     chosen = choose(
         lib.conn,
         doc.id,
@@ -67,6 +74,7 @@ def plan(
         budget,
         lambda: question_summary(ctx, question),
         ctx.model.head_dim_k,
+        neighbors,
     )
     return chosen, q
 
@@ -79,23 +87,26 @@ def ask(
     result: AskResult,
     *,
     window: int,
-    mode: str = "hybrid",
-    top_k: int = 2,
+    mode: str = "bm25",
+    top_k: int = 1,
+    neighbors: int = 0,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0),
 ) -> Iterator[str]:
     """Stream the answer; `result` is filled with chunks and timings as it goes."""
     t0 = time.perf_counter()
     reserve = min(max_tokens, 256)
-    chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve)
+    win = Window(ctx, window)  # empties the window and scratch before recall uses scratch
+    chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve, neighbors)
     keys = [doc.chunk_key(i) for i in chosen]
     warm = {k for k in keys if k in lib.ram}
     prefix = frame(ctx.model).prefix
     lib.pager.prefetch([sink_key(prefix), *keys])
-    win = Window(ctx, window)
+    t_plan = time.perf_counter()
     sink_tier = place_sink(lib, win, prefix, doc.scheme)
     result.sink = {"tokens": len(prefix), "tier": sink_tier}
     restored = 0
+    recomputed = 0
     for idx, key in zip(chosen, keys, strict=True):
         meta = lib.disk.meta(key)
         tier = "ram" if key in warm else "disk"
@@ -107,10 +118,11 @@ def ask(
             tier = "recomputed"  # never serve bad bytes: recompute from the stored token ids
             pos = win.end
             win.append(meta.tokens.tolist())
+            recomputed += meta.n_tokens
             lib.pager.save(meta.replace(pos=pos), win.save(pos, pos + meta.n_tokens))
         result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
     lib.disk.stats.add("window", "misses", len(chosen))
-    t_restore = time.perf_counter() - t0
+    t_restore = time.perf_counter() - t_plan
     win.append(q, logits="last")
     state = Generation(pos=win.end)
     pieces: list[str] = []
@@ -128,7 +140,7 @@ def ask(
         "ttft_s": round(first or total, 4),
         "restore_s": round(t_restore, 4),
         "restored_tokens": restored,
-        "prefill_tokens": len(q) + (len(prefix) if sink_tier == "recomputed" else 0),
+        "prefill_tokens": len(q) + recomputed + (len(prefix) if sink_tier == "recomputed" else 0),
         "gen_tokens": len(state.tokens),
         "tokens_per_s": round(max(len(state.tokens) - 1, 0) / gen_time, 2),
     }

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade_cli.errors import NotFoundError
-from cascade_cli.store import register_migrations
+from cascade_cli.store import DiskStore, register_migrations
 
 
 def m001_documents(conn: sqlite3.Connection) -> None:
@@ -98,7 +98,7 @@ def _doc(row: tuple[Any, ...]) -> Document:
 
 
 def documents(conn: sqlite3.Connection, include_partial: bool = False) -> list[Document]:
-    """Ready documents (latest version per name), optionally with unfinished ingests."""
+    """Ready document versions, optionally with unfinished ingests, by name then version."""
     if not has_tables(conn):
         return []
     where = "" if include_partial else "WHERE status = 'ready'"
@@ -124,6 +124,41 @@ def find(conn: sqlite3.Connection, ref: str) -> Document:
     raise NotFoundError(
         f"no ingested document named {ref!r}", f"Run `cascade ingest {ref}` or see `cascade docs`."
     )
+
+
+def by_id(conn: sqlite3.Connection, doc_id: int) -> Document:
+    row = conn.execute(f"SELECT {_COLS} FROM documents WHERE id = ?", (doc_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"document version {doc_id} is gone", "See `cascade docs`.")
+    return _doc(row)
+
+
+def remove(disk: DiskStore, doc: Document) -> int:
+    """Delete a version: catalog rows first (committed), then its chunks; bytes freed."""
+    with disk.transaction() as conn:
+        forget(conn, doc)
+    return disk.delete_owner(doc.owner)
+
+
+def sweep(disk: DiskStore) -> int:
+    """Finish removals a crash interrupted: versions older than their name's newest ready one,
+    and chunks of versions whose catalog row is gone. Returns bytes freed."""
+    if not has_tables(disk.conn):
+        return 0
+    with disk.transaction() as conn:
+        stale = [
+            _doc(r)
+            for r in conn.execute(
+                f"SELECT {_COLS} FROM documents d WHERE EXISTS (SELECT 1 FROM documents n"
+                " WHERE n.name = d.name AND n.status = 'ready' AND n.version > d.version)"
+            ).fetchall()
+        ]
+        known = {f"doc:{i}" for (i,) in conn.execute("SELECT id FROM documents")}
+    freed = sum(remove(disk, d) for d in stale)
+    for owner in disk.owners():
+        if owner.startswith("doc:") and owner not in known:
+            freed += disk.delete_owner(owner)
+    return freed
 
 
 def latest(conn: sqlite3.Connection, name: str) -> Document | None:
@@ -160,10 +195,17 @@ def create(conn: sqlite3.Connection, **fields: Any) -> Document:
 
 
 def add_chunk_text(
-    conn: sqlite3.Connection, doc: Document, idx: int, text: str, char_start: int, char_end: int
+    conn: sqlite3.Connection,
+    doc: Document,
+    idx: int,
+    text: str,
+    char_start: int,
+    char_end: int,
+    replace: bool = False,
 ) -> None:
-    """Index one chunk's text (replacing a previous row for the same chunk)."""
-    conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx = ?", (doc.id, idx))
+    """Index one chunk's text (`replace`: drop an earlier row for it first — a full scan)."""
+    if replace:
+        conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx = ?", (doc.id, idx))
     conn.execute(
         "INSERT INTO chunk_text (text, doc_id, idx, char_start, char_end) VALUES (?, ?, ?, ?, ?)",
         (text, doc.id, idx, char_start, char_end),

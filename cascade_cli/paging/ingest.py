@@ -46,8 +46,9 @@ class IngestStatus:
 Progress = Callable[[IngestStatus], None]
 
 
-def read_text(path: Path, encoding: str = "utf-8") -> str:
-    """The file's text; binary or wrongly-encoded files raise InputError with the fix."""
+def read_text(path: Path, encoding: str = "utf-8") -> tuple[str, str]:
+    """The file's text and the sha256 of its bytes; binary or wrongly-encoded files raise
+    InputError with the fix."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -69,7 +70,7 @@ def read_text(path: Path, encoding: str = "utf-8") -> str:
         raise InputError(f"unknown encoding {encoding!r}", "Use e.g. utf-8 or latin-1.") from None
     if not text.strip():
         raise InputError(f"{path} is empty", "Pass a file with some text.")
-    return text
+    return text, hashlib.sha256(data).hexdigest()
 
 
 def pieces(text: str) -> Iterator[tuple[int, str]]:
@@ -99,14 +100,6 @@ def chunks(ctx: Context, text: str, block: int) -> Iterator[tuple[list[int], int
         yield pending, consumed
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _committed(lib: Library, doc: catalog.Document) -> list[ChunkMeta]:
     """Chunks 0..n-1 that are in the index (the contiguous prefix)."""
     metas = sorted(lib.disk.chunks(doc.owner), key=lambda m: m.index)
@@ -119,13 +112,23 @@ def _committed(lib: Library, doc: catalog.Document) -> list[ChunkMeta]:
 
 
 def start_version(
-    lib: Library, path: Path, name: str, window: int, prefix: int
+    lib: Library, path: Path, sha: str, name: str, window: int, prefix: int, named: bool
 ) -> tuple[catalog.Document, bool]:
-    """The version row to fill: a resumable unfinished one, the finished one, or a new one."""
-    sha = file_sha256(path)
+    """The version row to fill: a resumable unfinished one, the finished one, or a new one.
+
+    A finished version that lost chunk rows (e.g. dropped by store repair) is resumed, which
+    recomputes them. A name derived from the file stem that already holds another file is
+    refused rather than silently replaced (`named`: the user chose the name with --name).
+    """
     cfg = lib.settings
+    where = str(path.resolve())
     with lib.disk.transaction() as conn:
         prev = catalog.latest(conn, name)
+        if prev is not None and not named and prev.path != where:
+            raise InputError(
+                f"the name {name!r} already holds {prev.path}",
+                f"Pass --name to store {path} under another name, or `cascade rm {name}` first.",
+            )
         same = (
             prev is not None
             and prev.sha256 == sha
@@ -135,11 +138,14 @@ def start_version(
             and prev.prefix_tokens == prefix
         )
         if prev is not None and same:
-            return prev, prev.status == "ready"
+            if prev.status == "ready" and len(lib.disk.chunks(prev.owner)) >= prev.chunks:
+                return prev, True
+            conn.execute("UPDATE documents SET status = 'ingesting' WHERE id = ?", (prev.id,))
+            return prev, False
         doc = catalog.create(
             conn,
             name=name,
-            path=str(path.resolve()),
+            path=where,
             sha256=sha,
             scheme=cfg.compression,
             block_size=cfg.block_size,
@@ -156,16 +162,22 @@ def _reindex(
     text = writer.ctx.model.detokenize(meta.tokens.tolist())
     summary = summarize(lib.pager.get(meta.key), writer.rope)
     with lib.disk.transaction() as conn:
-        catalog.add_chunk_text(conn, doc, meta.index, text, chars, chars + len(text))
+        catalog.add_chunk_text(conn, doc, meta.index, text, chars, chars + len(text), replace=True)
         catalog.add_summary(conn, doc, meta.index, summary)
 
 
 def ingest(
-    ctx: Context, lib: Library, path: Path, name: str, encoding: str, progress: Progress
+    ctx: Context,
+    lib: Library,
+    path: Path,
+    name: str,
+    encoding: str,
+    progress: Progress,
+    named: bool = True,
 ) -> catalog.Document:
     """Ingest one file (resuming if possible); older versions are dropped only after success."""
     cfg = lib.settings
-    text = read_text(path, encoding)
+    text, sha = read_text(path, encoding)
     fr = frame(ctx.model)
     limit = cfg.gpu_cache_size
     if len(fr.prefix) + cfg.block_size > limit:
@@ -173,7 +185,8 @@ def ingest(
             f"block size {cfg.block_size} does not fit a {limit}-token window",
             "Lower --block-size or raise --gpu-cache-size.",
         )
-    doc, finished = start_version(lib, path, name, limit, len(fr.prefix))
+    catalog.sweep(lib.disk)
+    doc, finished = start_version(lib, path, sha, name, limit, len(fr.prefix), named)
     if finished:
         return doc
     writer = SlidingWriter(ctx, lib, doc)
@@ -183,6 +196,7 @@ def ingest(
         conn.execute("DELETE FROM chunk_keys WHERE doc_id = ? AND idx >= ?", (doc.id, len(done)))
         missing = set(range(len(done))) - catalog.indexed(conn, doc)
     t0 = time.perf_counter()
+    stored = sum(m.nbytes for m in done)
     chars_done = 0
     idx = -1
     for idx, (toks, consumed) in enumerate(chunks(ctx, text, cfg.block_size)):
@@ -194,13 +208,14 @@ def ingest(
                 writer.rebuild(done, chars_done)
             continue
         writer.add(idx, toks)
+        stored += writer.last_nbytes
         progress(
             IngestStatus(
                 consumed,
                 len(text),
                 writer.tokens_done,
                 idx + 1,
-                lib.disk.total_bytes(),
+                stored,
                 len(done),
                 time.perf_counter() - t0,
             )
@@ -209,8 +224,5 @@ def ingest(
     with lib.disk.transaction() as conn:
         catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)
-        old = [d for d in catalog.documents(conn, include_partial=True) if d.name == name]
-    for prev in old:
-        if prev.id != doc.id:
-            lib.remove(prev)
-    return catalog.find(lib.disk.conn, name)
+    catalog.sweep(lib.disk)  # drops the versions this one replaces
+    return catalog.by_id(lib.disk.conn, doc.id)

@@ -35,18 +35,13 @@ class Library:
     def conn(self) -> Any:
         return self.disk.conn
 
-    def documents(self) -> list[catalog.Document]:
-        return catalog.documents(self.disk.conn)
-
     def find(self, ref: str) -> catalog.Document:
         return catalog.find(self.disk.conn, ref)
 
     def remove(self, doc: catalog.Document) -> int:
-        """Delete a document version: catalog rows first (committed), then its chunks."""
-        with self.disk.transaction() as conn:
-            catalog.forget(conn, doc)
+        """Delete a document version (catalog rows, then chunks) and its RAM-tier states."""
         self.ram.discard_prefix(doc.owner + ":")
-        return self.disk.delete_owner(doc.owner)
+        return catalog.remove(self.disk, doc)
 
     def close(self) -> None:
         try:

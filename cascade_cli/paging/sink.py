@@ -21,10 +21,12 @@ def sink_key(prefix: Sequence[int]) -> str:
     return f"{OWNER}:{digest}"
 
 
-def save_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) -> None:
+def save_sink(
+    lib: Library, win: Window, prefix: Sequence[int], scheme: str, force: bool = False
+) -> None:
     """Queue the prefix's state (window positions 0..len-1) for saving, unless stored."""
     key = sink_key(prefix)
-    if lib.disk.exists(key):
+    if lib.disk.exists(key) and not force:
         return
     meta = ChunkMeta(
         key=key,
@@ -51,5 +53,5 @@ def place_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) ->
         except StoreError:  # corrupt or unreadable: recompute instead of serving it
             win.reset()
     win.append(prefix)
-    save_sink(lib, win, prefix, scheme)
+    save_sink(lib, win, prefix, scheme, force=True)
     return "recomputed"

@@ -34,6 +34,7 @@ class SlidingWriter:
         self.live: deque[int] = deque()  # token counts of the chunks in the window, oldest first
         self.tokens_done = 0
         self.chars_done = 0
+        self.last_nbytes = 0  # raw bytes of the last chunk's state (before encoding)
 
     @property
     def capacity(self) -> int:
@@ -70,6 +71,7 @@ class SlidingWriter:
             pinned=True,
         )
         summary = summarize(blob, self.rope)
+        self.last_nbytes = int(blob.nbytes)
         self.lib.pager.save(meta, blob)
         with self.lib.disk.transaction() as conn:
             catalog.add_chunk_text(

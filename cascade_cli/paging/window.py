@@ -79,8 +79,3 @@ class Window:
         self.ctx.seq_rm(WINDOW_SEQ, p0, p1)
         self.ctx.seq_add(WINDOW_SEQ, p1, -1, p0 - p1)
         self.end -= p1 - p0
-
-    def truncate(self, pos: int) -> None:
-        """Forget everything from pos on."""
-        self.ctx.seq_rm(WINDOW_SEQ, pos, -1)
-        self.end = min(self.end, pos)

@@ -34,8 +34,10 @@ def choose(
     budget: int,
     question_summary: Callable[[], bytes] | None,
     head_dim: int,
+    neighbors: int = 1,
 ) -> list[int]:
-    """Chunk indices in document order: the top_k hits plus neighbours, at most `budget` chunks."""
+    """Chunk indices in document order: the top_k hits, then up to `neighbors` chunks on each
+    side of every hit (following ones first), at most `budget` chunks in all."""
     rankings: list[list[tuple[int, float]]] = []
     if mode in ("bm25", "hybrid"):
         rankings.append(lexical.bm25(conn, doc_id, question, limit=max(top_k * 4, 16)))
@@ -48,9 +50,13 @@ def choose(
     order = _fuse(rankings) if rankings else []
     if not order:
         order = list(range(min(n_chunks, budget)))  # nothing matched: the opening chunks
+    hits = order[:top_k]
+    wanted = list(hits)
+    for d in range(1, neighbors + 1):
+        for idx in hits:
+            wanted += [idx + d, idx - d]
     chosen: list[int] = []
-    for idx in order[:top_k]:
-        for j in (idx, idx + 1, idx - 1):
-            if 0 <= j < n_chunks and j not in chosen and len(chosen) < budget:
-                chosen.append(j)
+    for j in wanted:
+        if 0 <= j < n_chunks and j not in chosen and len(chosen) < budget:
+            chosen.append(j)
     return sorted(chosen)

@@ -36,11 +36,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from cascade_cli.errors import (
-    CorruptChunkError,
-    NotFoundError,
-    StoreError,
-)
+from cascade_cli.errors import CorruptChunkError, NotFoundError, StoreError
 from cascade_cli.store import repair as _repair
 from cascade_cli.store.files import (
     crash_point,

@@ -153,11 +153,11 @@ def _persisted(conn: sqlite3.Connection) -> dict[str, Any]:
     tiers = {t: dict.fromkeys(COUNTERS, 0) for t in TIERS}
     for tier, name, value in conn.execute("SELECT tier, name, value FROM stats_counters"):
         tiers.setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] = value
-    latency: dict[str, Any] = {op: _empty_hist() for op in LATENCY_OPS}
+    latency: dict[str, Any] = {op: empty_histogram() for op in LATENCY_OPS}
     for op, bucket, count in conn.execute("SELECT op, bucket, count FROM stats_latency"):
-        latency.setdefault(op, _empty_hist())["counts"][bucket] += count
+        latency.setdefault(op, empty_histogram())["counts"][bucket] += count
     for op, seconds in conn.execute("SELECT op, seconds FROM stats_latency_sum"):
-        latency.setdefault(op, _empty_hist())["seconds"] += seconds
+        latency.setdefault(op, empty_histogram())["seconds"] += seconds
     chunks, nbytes, pinned = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(nbytes), 0), COALESCE(SUM(nbytes * pinned), 0) FROM chunks"
     ).fetchone()
@@ -169,7 +169,7 @@ def _persisted(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
-def _empty_hist() -> dict[str, Any]:
+def empty_histogram() -> dict[str, Any]:
     return {"bounds": list(BUCKETS), "counts": [0] * (len(BUCKETS) + 1), "count": 0, "seconds": 0.0}
 
 
@@ -187,7 +187,7 @@ def snapshot(source: sqlite3.Connection | StatsSource) -> dict[str, Any]:
         for (tier, name), v in counters.items():
             snap["tiers"].setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] += v
         for op, counts in hist.items():
-            h = snap["latency"].setdefault(op, _empty_hist())
+            h = snap["latency"].setdefault(op, empty_histogram())
             h["counts"] = [a + b for a, b in zip(h["counts"], counts, strict=True)]
         for op, s in sums.items():
             snap["latency"][op]["seconds"] += s

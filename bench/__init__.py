@@ -1,0 +1,1 @@
+"""Reproducible benchmarks; results in BENCHMARKS.md."""

@@ -1,0 +1,93 @@
+"""Recovery paths: interrupted removals, lost chunk rows, name clashes, a window too small."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context, Model
+from cascade_cli.errors import ContextFullError, InputError
+from cascade_cli.paging import catalog
+from cascade_cli.paging.ask import AskResult, ask
+from cascade_cli.paging.ingest import ingest
+from cascade_cli.paging.library import Library
+from tests.paging.helpers import write_text
+
+WINDOW = 512
+BLOCK = 128
+
+
+@pytest.fixture()
+def ctx(model: object) -> Iterator[Context]:
+    with Context(
+        cast(Model, model), n_ctx=WINDOW + BLOCK + 256, n_seq_max=4, n_batch=BLOCK, n_threads=1
+    ) as c:
+        yield c
+
+
+@pytest.fixture()
+def lib(home: Path, ctx: Context) -> Iterator[Library]:
+    cfg = Settings(
+        gpu_cache_size=WINDOW, block_size=BLOCK, disk_cache_path=home / "store", threads=1
+    )
+    with Library(cfg, ctx) as library:
+        yield library
+
+
+def _ingest(
+    ctx: Context, lib: Library, path: Path, name: str, named: bool = True
+) -> catalog.Document:
+    return ingest(ctx, lib, path, name, "utf-8", lambda s: None, named=named)
+
+
+def test_sweep_finishes_an_interrupted_replacement(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    v1 = _ingest(ctx, lib, write_text(tmp_path / "a.txt", 1500), "a")
+    v2 = _ingest(ctx, lib, write_text(tmp_path / "a.txt", 1800), "a")
+    assert v2.version == 2 and not lib.disk.chunks(v1.owner)
+    # simulate a crash after v3 was marked ready but before v2 was removed, and a crash
+    # between a removal's catalog commit and its chunk deletion (orphan chunks)
+    orphan = v2.chunk_key(0).replace(f"doc:{v2.id}", "doc:999")
+    lib.disk.put(lib.disk.meta(v2.chunk_key(0)).replace(key=orphan, owner="doc:999"), b"x" * 10)
+    with lib.disk.transaction() as conn:
+        v3 = catalog.create(
+            conn, name="a", path=v2.path, sha256="other", scheme=v2.scheme,
+            block_size=v2.block_size, window=v2.window, prefix_tokens=v2.prefix_tokens,
+        )  # fmt: skip
+        catalog.finish(conn, v3)
+    freed = catalog.sweep(lib.disk)
+    assert freed > 0
+    assert not lib.disk.chunks(v2.owner) and not lib.disk.chunks("doc:999")
+    assert [d.version for d in catalog.documents(lib.conn, include_partial=True)] == [3]
+
+
+def test_lost_chunk_rows_are_recomputed_on_reingest(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    src = write_text(tmp_path / "b.txt", 1800)
+    doc = _ingest(ctx, lib, src, "b")
+    keep = {m.index: m.tokens.tolist() for m in lib.disk.chunks(doc.owner)}
+    lib.disk.delete(doc.chunk_key(1))  # as store repair does for a missing data file
+    again = _ingest(ctx, lib, src, "b")
+    assert again.id == doc.id and again.status == "ready"
+    assert {m.index: m.tokens.tolist() for m in lib.disk.chunks(doc.owner)} == keep
+
+
+def test_stem_name_clash_is_refused(ctx: Context, lib: Library, tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    first = _ingest(ctx, lib, write_text(tmp_path / "x" / "notes.txt", 900), "notes", named=False)
+    with pytest.raises(InputError, match="already holds"):
+        _ingest(ctx, lib, write_text(tmp_path / "y" / "notes.txt", 900), "notes", named=False)
+    assert lib.find("notes").id == first.id
+
+
+def test_ask_refuses_a_window_without_room(ctx: Context, lib: Library, tmp_path: Path) -> None:
+    doc = _ingest(ctx, lib, write_text(tmp_path / "c.txt", 900), "c")
+    with pytest.raises(ContextFullError, match="no room"):
+        list(ask(ctx, lib, doc, "What?", AskResult(doc="c"), window=256, max_tokens=200))
