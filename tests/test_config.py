@@ -1,9 +1,18 @@
+import os
 from pathlib import Path
 
 import pytest
 
 from cascade_cli.config import Settings, parse_size, resolve
 from cascade_cli.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings tests start from no CASCADE_* variables."""
+    for key in list(os.environ):
+        if key.startswith("CASCADE_"):
+            monkeypatch.delenv(key)
 
 
 @pytest.mark.parametrize(

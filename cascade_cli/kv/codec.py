@@ -28,8 +28,9 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -113,13 +114,25 @@ def _unflatten(flat: F32, rows: int, length: int, fmt: Format) -> F32:
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+@contextmanager
+def serial() -> Iterator[None]:
+    """Run this thread's codec calls on the calling thread only (for background write-back,
+    so encoding does not spread onto every core while the model decodes)."""
+    _LOCAL.serial = True
+    try:
+        yield
+    finally:
+        _LOCAL.serial = False
 
 
 def _pmap(fn: Callable[[int], T], n: int) -> list[T]:
     """Map over layers on one shared pool (ggml kernels and numpy release the GIL)."""
     global _POOL
     workers = os.cpu_count() or 1
-    if workers <= 1 or n <= 1:
+    if workers <= 1 or n <= 1 or getattr(_LOCAL, "serial", False):
         return [fn(i) for i in range(n)]
     with _POOL_LOCK:
         if _POOL is None:

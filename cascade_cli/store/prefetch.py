@@ -6,6 +6,8 @@ The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -19,6 +21,15 @@ from cascade_cli.store.records import ChunkMeta
 
 Encode = Callable[[Any, str], bytes]
 Decode = Callable[[bytes, ChunkMeta], Any]
+
+
+def _nice(increment: int) -> None:
+    """Lower this thread's scheduling priority (Linux threads have their own nice value), so
+    write-back uses CPU the model's threads leave idle."""
+    if increment <= 0:
+        return
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), increment)
 
 
 class Pager:
@@ -40,6 +51,7 @@ class Pager:
         writers: int = 2,
         max_pending: int = 4,
         max_prefetch: int = 16,
+        writer_nice: int = 0,
     ) -> None:
         self.disk = disk
         self.ram = ram
@@ -47,7 +59,9 @@ class Pager:
         self._decode = decode
         self.max_prefetch = max_prefetch
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="cascade-read")
-        self._writers = ThreadPoolExecutor(writers, thread_name_prefix="cascade-write")
+        self._writers = ThreadPoolExecutor(
+            writers, thread_name_prefix="cascade-write", initializer=_nice, initargs=(writer_nice,)
+        )
         self._slots = threading.BoundedSemaphore(max_pending)
         self._lock = threading.Lock()
         self._reading: dict[str, Future[tuple[Any, bool]]] = {}
