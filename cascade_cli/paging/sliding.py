@@ -78,7 +78,9 @@ class SlidingWriter:
                 conn, doc, idx, text, self.chars_done, self.chars_done + len(text)
             )
             catalog.add_summary(conn, doc, idx, summary)
-            catalog.progress(conn, doc, self.tokens_done + len(toks), idx + 1, self.chars_done)
+            catalog.progress(
+                conn, doc, self.tokens_done + len(toks), idx + 1, self.chars_done + len(text)
+            )
         self.tokens_done += len(toks)
         self.chars_done += len(text)
         return text
