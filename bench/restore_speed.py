@@ -18,10 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as cascade_cli does, before numpy loads
+
+import numpy as np  # noqa: E402
 
 from cascade_cli import kv  # noqa: E402
 from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402

@@ -74,11 +74,12 @@ def test_write_back_errors_surface_at_flush(tmp_path: Path) -> None:
         pager = Pager(disk, RamCache(0), encode, decode)
         pager.save(cm(0), blob(0))
         pager.save(cm(1, "bad"), blob(1))  # returns at once; the error comes later
-        pager.save(cm(2), blob(2))
-        with pytest.raises(CodecError):
+        with pytest.raises(CodecError):  # at the next save if the failure is already in, or flush
+            pager.save(cm(2), blob(2))
             pager.flush()
         pager.flush()  # reported once
-        assert sorted(m.key for m in disk.chunks("d")) == ["d:0", "d:2"]
+        keys = sorted(m.key for m in disk.chunks("d"))
+        assert "d:0" in keys and "d:1" not in keys
         pager.save(cm(3, "bad"), blob(3))
         with pytest.raises(CodecError):  # or at the next save
             for i in range(4, 50):
