@@ -31,7 +31,6 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -393,10 +392,5 @@ class DiskStore:
     def __enter__(self) -> DiskStore:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -7,13 +7,20 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.cli.helpers import assert_one_line_error, run_cli
+from tests.cli.helpers import assert_one_line_error
+from tests.cli.ingest_helpers import (
+    ASK_SMALL,
+    ask_json,
+    check_answer_shape,
+    cli,
+    docs_json,
+    ingest,
+    stats_json,
+)
 from tests.paging.helpers import (
     NEEDLE,
     SMALL,
@@ -30,80 +37,6 @@ from tests.paging.helpers import (
     text_rows,
     write_text,
 )
-
-ASK_SMALL = ["--gpu-cache-size", "512", "--max-tokens", "16"]
-
-
-def cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    """run_cli with one llama.cpp thread (see env_for)."""
-    return run_cli(args, home, env=env_for(home))
-
-
-def assert_error_last(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
-    """Non-zero exit, no traceback, and the last stderr line is the error naming `fragment`."""
-    assert proc.returncode != 0, proc.stdout
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith("error: ") and fragment in lines[-1], proc.stderr
-
-
-def ingest(home: Path, path: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    proc = cli(["ingest", str(path), "--name", name, *SMALL, *extra], home)
-    assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def ask_json(home: Path, doc: str, question: str, *extra: str) -> dict[str, Any]:
-    proc = cli(["ask", doc, question, "--json", *ASK_SMALL, *extra], home)
-    assert proc.returncode == 0, proc.stderr
-    data: dict[str, Any] = json.loads(proc.stdout)
-    return data
-
-
-def stats_json(home: Path) -> dict[str, Any]:
-    proc = cli(["stats", "--json"], home)
-    assert proc.returncode == 0, proc.stderr
-    data: dict[str, Any] = json.loads(proc.stdout)
-    return data
-
-
-def docs_json(home: Path) -> list[dict[str, Any]]:
-    proc = cli(["docs", "--json"], home)
-    assert proc.returncode == 0, proc.stderr
-    rows: list[dict[str, Any]] = json.loads(proc.stdout)["documents"]
-    return rows
-
-
-def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
-    """The --json document of `ask` and its figures against the store."""
-    assert {"answer", "doc", "chunks", "timings"} <= set(data)
-    assert data["doc"] == name
-    assert isinstance(data["answer"], str) and data["answer"].strip()
-    timings = data["timings"]
-    assert set(timings) >= {
-        "ttft_s",
-        "restore_s",
-        "restored_tokens",
-        "prefill_tokens",
-        "gen_tokens",
-        "tokens_per_s",
-    }
-    rows = {r["idx"]: r for r in chunk_rows(home, f"doc:{doc_id(home, name)}")}
-    chunks = data["chunks"]
-    assert chunks, "no chunk was paged in"
-    idx = [c["index"] for c in chunks]
-    assert idx == sorted(set(idx))
-    for c in chunks:
-        assert {"index", "tokens", "tier"} <= set(c)
-        assert c["tier"] in ("ram", "disk", "recomputed")
-        assert c["tokens"] == len(rows[c["index"]]["tokens"])
-    restored = sum(c["tokens"] for c in chunks if c["tier"] in ("ram", "disk"))
-    assert timings["restored_tokens"] == restored
-    assert 0 < timings["gen_tokens"] <= 16
-    assert timings["prefill_tokens"] > 0
-    assert 0 < timings["restore_s"] <= timings["ttft_s"]
-    assert timings["tokens_per_s"] >= 0
-
 
 # ---- 1. ingest → ask --------------------------------------------------------------------------
 
@@ -323,82 +256,6 @@ def test_reingest_versions(home: Path, tmp_path: Path) -> None:
     )
     assert indexed_bytes(home) == data_bytes(home)
     assert ask_json(home, "d", "What is this License about?")["doc"] == "d"
-
-
-# ---- 8. bad input -----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def shared_home(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Path]:
-    """One store holding document `x`, shared by the bad-input cases (none may change it)."""
-    home = tmp_path_factory.mktemp("shared")
-    (home / "models").mkdir()
-    (home / "models" / model_path.name).symlink_to(model_path)
-    src = write_text(home / "x.txt", 3000)
-    proc = cli(["ingest", str(src), "--name", "x", *SMALL], home)
-    assert proc.returncode == 0, proc.stderr
-    yield home
-
-
-def _bad_file(home: Path, name: str, data: bytes) -> str:
-    path = home / name
-    path.write_bytes(data)
-    return str(path)
-
-
-BAD: list[tuple[str, Any, int, str]] = [
-    ("binary", lambda h: ["ingest", _bad_file(h, "b.bin", b"text\x00\x01\x02 more"), *SMALL], 2, "looks like a binary file"),
-    ("latin1", lambda h: ["ingest", _bad_file(h, "l.txt", "café crème\n".encode("latin-1")), *SMALL], 2, "--encoding"),
-    ("missing", lambda h: ["ingest", str(h / "nope.txt"), *SMALL], 2, "nope.txt"),
-    ("empty", lambda h: ["ingest", _bad_file(h, "e.txt", b""), *SMALL], 2, "empty"),
-    ("blank", lambda h: ["ingest", _bad_file(h, "w.txt", b"  \n\n\t\n"), *SMALL], 2, "empty"),
-    ("block-too-big", lambda h: ["ingest", _bad_file(h, "k.txt", b"hello there\n"), "--gpu-cache-size", "512", "--block-size", "1024"], 2, "does not fit"),
-    ("ask-unknown", lambda h: ["ask", "nosuchdoc", "What?"], 5, "no ingested document named 'nosuchdoc'"),
-    ("recall", lambda h: ["ask", "x", "What?", "--recall", "nonsense"], 2, "unknown recall 'nonsense'"),
-    ("empty-question", lambda h: ["ask", "x", "   "], 2, "the question is empty"),
-    ("fingerprint-ingest", lambda h: ["ingest", str(h / "x.txt"), "--name", "x", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
-    ("fingerprint-ask", lambda h: ["ask", "x", "What?", "--flash-attn", "on"], 5, "holds KV states made with another model"),
-    ("reingest-other-name-flash", lambda h: ["ingest", str(h / "x.txt"), "--name", "y", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("case", "args", "code", "fragment"), BAD, ids=[b[0] for b in BAD])
-def test_bad_input_fails_cleanly_and_loses_nothing(
-    shared_home: Path, case: str, args: Any, code: int, fragment: str
-) -> None:
-    home = shared_home
-    did = doc_id(home, "x")
-    before = (doc_rows(home), chunk_rows(home, f"doc:{did}"), data_bytes(home))
-    proc = cli(args(home), home)
-    assert_error_last(proc, fragment)
-    assert proc.returncode == code
-    assert_one_line_error(proc, fragment)
-    assert (doc_rows(home), chunk_rows(home, f"doc:{did}"), data_bytes(home)) == before
-    data = ask_json(home, "x", "Who wrote this License?")
-    check_answer_shape(data, home, "x")
-
-
-@pytest.mark.parametrize("case", ["binary", "empty"])
-def test_ingest_input_error_is_one_line(shared_home: Path, case: str) -> None:
-    (_, args, _, fragment) = next(b for b in BAD if b[0] == case)
-    assert_one_line_error(cli(args(shared_home), shared_home), fragment)
-
-
-def test_latin1_with_encoding_flag(home: Path) -> None:
-    text = "Le café de la crème brûlée. " * 40 + "\n"
-    path = home / "fr.txt"
-    path.write_bytes(text.encode("latin-1"))
-    assert_error_last(cli(["ingest", str(path), *SMALL], home), "--encoding latin-1")
-    ingest(home, path, "fr", "--encoding", "latin-1")
-    ((did, *_),) = doc_rows(home)
-    assert "".join(t for _, t, _, _ in text_rows(home, did)) == text
-    assert ask_json(home, "fr", "What is this about?")["doc"] == "fr"
-
-
-def test_fingerprint_error_names_different_models(shared_home: Path) -> None:
-    proc = cli(["ask", "x", "What?", "--flash-attn", "on"], shared_home)
-    assert proc.returncode == 5
-    assert "stored …off, loaded …on" in proc.stderr, proc.stderr
 
 
 # ---- 9. stats ---------------------------------------------------------------------------------

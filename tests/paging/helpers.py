@@ -16,6 +16,9 @@ GPL = Path("/usr/share/common-licenses/GPL-3")
 #: Small settings so a real ingest of a few thousand tokens takes seconds on 2 cores.
 SMALL = ["--gpu-cache-size", "512", "--block-size", "128"]
 NEEDLE = "The pass key is 48213. Remember it."
+#: Window and block of the in-process paging tests.
+WINDOW = 512
+BLOCK = 128
 
 
 def gpl_text(chars: int, start: int = 0) -> str:

@@ -2,40 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from cascade_cli.config import Settings
-from cascade_cli.engine import Context, Model
+from cascade_cli.engine import Context
 from cascade_cli.paging import ingest as ingest_mod
 from cascade_cli.paging.ask import plan
 from cascade_cli.paging.ingest import IngestStatus, chunks, ingest, pieces
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
-from tests.paging.helpers import NEEDLE, text_rows, write_text
-
-WINDOW = 512
-BLOCK = 128
-
-
-@pytest.fixture()
-def ctx(model: object) -> Iterator[Context]:
-    with Context(
-        cast(Model, model), n_ctx=WINDOW + BLOCK + 256, n_seq_max=4, n_batch=BLOCK, n_threads=1
-    ) as c:
-        yield c
-
-
-@pytest.fixture()
-def lib(home: Path, ctx: Context) -> Iterator[Library]:
-    cfg = Settings(
-        gpu_cache_size=WINDOW, block_size=BLOCK, disk_cache_path=home / "store", threads=1
-    )
-    with Library(cfg, ctx) as library:
-        yield library
+from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, text_rows, write_text
 
 
 def run_ingest(ctx: Context, lib: Library, path: Path, name: str) -> Any:

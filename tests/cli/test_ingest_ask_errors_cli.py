@@ -1,0 +1,102 @@
+"""Bad input to ingest/ask: one-line errors, non-zero exits, nothing stored lost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.helpers import assert_one_line_error
+from tests.cli.ingest_helpers import (
+    ask_json,
+    assert_error_last,
+    check_answer_shape,
+    cli,
+    ingest,
+)
+from tests.paging.helpers import (
+    SMALL,
+    chunk_rows,
+    data_bytes,
+    doc_id,
+    doc_rows,
+    text_rows,
+    write_text,
+)
+
+# ---- 8. bad input -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_home(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Path]:
+    """One store holding document `x`, shared by the bad-input cases (none may change it)."""
+    home = tmp_path_factory.mktemp("shared")
+    (home / "models").mkdir()
+    (home / "models" / model_path.name).symlink_to(model_path)
+    src = write_text(home / "x.txt", 3000)
+    proc = cli(["ingest", str(src), "--name", "x", *SMALL], home)
+    assert proc.returncode == 0, proc.stderr
+    yield home
+
+
+def _bad_file(home: Path, name: str, data: bytes) -> str:
+    path = home / name
+    path.write_bytes(data)
+    return str(path)
+
+
+BAD: list[tuple[str, Any, int, str]] = [
+    ("binary", lambda h: ["ingest", _bad_file(h, "b.bin", b"text\x00\x01\x02 more"), *SMALL], 2, "looks like a binary file"),
+    ("latin1", lambda h: ["ingest", _bad_file(h, "l.txt", "café crème\n".encode("latin-1")), *SMALL], 2, "--encoding"),
+    ("missing", lambda h: ["ingest", str(h / "nope.txt"), *SMALL], 2, "nope.txt"),
+    ("empty", lambda h: ["ingest", _bad_file(h, "e.txt", b""), *SMALL], 2, "empty"),
+    ("blank", lambda h: ["ingest", _bad_file(h, "w.txt", b"  \n\n\t\n"), *SMALL], 2, "empty"),
+    ("block-too-big", lambda h: ["ingest", _bad_file(h, "k.txt", b"hello there\n"), "--gpu-cache-size", "512", "--block-size", "1024"], 2, "does not fit"),
+    ("ask-unknown", lambda h: ["ask", "nosuchdoc", "What?"], 5, "no ingested document named 'nosuchdoc'"),
+    ("recall", lambda h: ["ask", "x", "What?", "--recall", "nonsense"], 2, "unknown recall 'nonsense'"),
+    ("empty-question", lambda h: ["ask", "x", "   "], 2, "the question is empty"),
+    ("fingerprint-ingest", lambda h: ["ingest", str(h / "x.txt"), "--name", "x", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
+    ("fingerprint-ask", lambda h: ["ask", "x", "What?", "--flash-attn", "on"], 5, "holds KV states made with another model"),
+    ("reingest-other-name-flash", lambda h: ["ingest", str(h / "x.txt"), "--name", "y", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "args", "code", "fragment"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_fails_cleanly_and_loses_nothing(
+    shared_home: Path, case: str, args: Any, code: int, fragment: str
+) -> None:
+    home = shared_home
+    did = doc_id(home, "x")
+    before = (doc_rows(home), chunk_rows(home, f"doc:{did}"), data_bytes(home))
+    proc = cli(args(home), home)
+    assert_error_last(proc, fragment)
+    assert proc.returncode == code
+    assert_one_line_error(proc, fragment)
+    assert (doc_rows(home), chunk_rows(home, f"doc:{did}"), data_bytes(home)) == before
+    data = ask_json(home, "x", "Who wrote this License?")
+    check_answer_shape(data, home, "x")
+
+
+@pytest.mark.parametrize("case", ["binary", "empty"])
+def test_ingest_input_error_is_one_line(shared_home: Path, case: str) -> None:
+    (_, args, _, fragment) = next(b for b in BAD if b[0] == case)
+    assert_one_line_error(cli(args(shared_home), shared_home), fragment)
+
+
+def test_latin1_with_encoding_flag(home: Path) -> None:
+    text = "Le café de la crème brûlée. " * 40 + "\n"
+    path = home / "fr.txt"
+    path.write_bytes(text.encode("latin-1"))
+    assert_error_last(cli(["ingest", str(path), *SMALL], home), "--encoding latin-1")
+    ingest(home, path, "fr", "--encoding", "latin-1")
+    ((did, *_),) = doc_rows(home)
+    assert "".join(t for _, t, _, _ in text_rows(home, did)) == text
+    assert ask_json(home, "fr", "What is this about?")["doc"] == "fr"
+
+
+def test_fingerprint_error_names_different_models(shared_home: Path) -> None:
+    proc = cli(["ask", "x", "What?", "--flash-attn", "on"], shared_home)
+    assert proc.returncode == 5
+    assert "stored …off, loaded …on" in proc.stderr, proc.stderr
