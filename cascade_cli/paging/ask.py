@@ -131,6 +131,10 @@ def ask(
         for piece in generate(ctx, sampler, 0, state, max_tokens, limit=window):
             if not first:
                 first = time.perf_counter() - t0
+            if not pieces:
+                piece = piece.lstrip()  # the reply follows an "Answer: " cue
+                if not piece:
+                    continue
             pieces.append(piece)
             yield piece
     total = time.perf_counter() - t0
