@@ -89,6 +89,7 @@ def ask_cmd(
         sys.stdout.write("\n")
         t = result.timings
         err.print(
-            f"[dim]{len(result.chunks)} chunks ({t['restored_tokens']} tokens) restored in "
+            f"[dim]{len(result.chunks)} chunk{'s' if len(result.chunks) != 1 else ''} "
+            f"({t['restored_tokens']} tokens) restored in "
             f"{t['restore_s']:.2f}s · first token {t['ttft_s']:.2f}s · {t['tokens_per_s']:.1f} tok/s[/dim]"
         )
