@@ -106,7 +106,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             disk = DiskStore.open(Path(tmp) / "store", ctx.fingerprint())
             ram = RamCache(4 * raw, stats=disk.stats)
-            pager = Pager(disk, ram, kv.encode, lambda p, m: kv.decode(p), readers=args.threads)
+            pager = Pager(disk, ram, kv.encode, kv.decode, readers=args.threads)
             metas = []
             for i, b in enumerate(blobs):
                 p = i * args.block

@@ -190,10 +190,6 @@ class Context:
         """Make dst share src's cells with positions in [p0, p1)."""
         ll.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
-    def seq_keep(self, seq_id: int) -> None:
-        """Drop every cell not in seq_id."""
-        ll.llama_memory_seq_keep(self.mem, seq_id)
-
     def pos_min(self, seq_id: int) -> int:
         return int(ll.llama_memory_seq_pos_min(self.mem, seq_id))
 

@@ -175,15 +175,6 @@ class Model:
         """True for end-of-generation tokens (EOS, EOT, …)."""
         return bool(ll.llama_vocab_is_eog(self.vocab, token))
 
-    @property
-    def add_bos(self) -> bool:
-        return bool(ll.llama_vocab_get_add_bos(self.vocab))
-
-    def chat_template(self) -> str | None:
-        """The model's built-in Jinja chat template, if any."""
-        raw = ll.llama_model_chat_template(self.handle, None)
-        return raw.decode("utf-8") if raw else None
-
     def apply_chat_template(
         self, messages: Sequence[tuple[str, str]], add_assistant: bool = True
     ) -> str:

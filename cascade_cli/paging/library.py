@@ -10,11 +10,7 @@ from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir
 from cascade_cli.kv import codec
 from cascade_cli.paging import catalog
-from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache
-
-
-def _decode(payload: bytes, meta: ChunkMeta) -> Any:
-    return kv.decode(payload)
+from cascade_cli.store import DiskStore, Pager, RamCache
 
 
 def _encode(blob: Any, scheme: str) -> bytes:
@@ -35,7 +31,7 @@ class Library:
             timeout=timeout,
         )
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
-        self.pager = Pager(self.disk, self.ram, _encode, _decode, writers=1, writer_nice=10)
+        self.pager = Pager(self.disk, self.ram, _encode, kv.decode, writers=1, writer_nice=10)
 
     @property
     def conn(self) -> Any:

@@ -1,7 +1,7 @@
 """Read-ahead and write-back between the disk tier and the RAM tier, on small thread pools.
 
 The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the codec's own
-``encode``) and ``decode(payload, meta) -> state`` (e.g. ``lambda p, m: codec.decode(p, None)``).
+``encode``) and ``decode(payload) -> state`` (e.g. ``codec.decode``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
 
 Encode = Callable[[Any, str], bytes]
-Decode = Callable[[bytes, ChunkMeta], Any]
+Decode = Callable[[bytes], Any]
 
 
 def _nice(increment: int) -> None:
@@ -109,7 +109,7 @@ class Pager:
         if pending is not None:
             wait([pending])
         payload = self.disk.get(key)
-        state = self._decode(payload, self.disk.meta(key))
+        state = self._decode(payload)
         return state, self.ram.put(key, state)
 
     def _loaded(self, key: str, fut: Future[tuple[Any, bool]]) -> None:

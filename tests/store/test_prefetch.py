@@ -23,7 +23,7 @@ def encode(blob: np.ndarray, scheme: str) -> bytes:
     return zlib.compress(blob.tobytes(), 1)
 
 
-def decode(payload: bytes, meta: ChunkMeta) -> np.ndarray:
+def decode(payload: bytes) -> np.ndarray:
     return np.frombuffer(zlib.decompress(payload), np.uint8)
 
 
