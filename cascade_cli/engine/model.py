@@ -10,6 +10,7 @@ from types import TracebackType
 
 from cascade_cli.engine._llama import ensure_backend, ll
 from cascade_cli.errors import EngineError, ModelError
+from cascade_cli.kv.rope import Rope
 
 GGML_TYPE_F16 = 1
 GGML_TYPE_Q8_0 = 8
@@ -92,6 +93,27 @@ class Model:
     @property
     def rope_type(self) -> int:
         return int(ll.llama_model_rope_type(self.handle))
+
+    @property
+    def rope_exact(self) -> bool:
+        """Whether `rope()` reproduces llama.cpp's rotation exactly (plain or linearly scaled
+        NORM/NEOX; not YaRN, LongRoPE or M-RoPE), so cascade may shift stored keys itself."""
+        arch = self.meta("general.architecture") or ""
+        scaling = self.meta(f"{arch}.rope.scaling.type") or "none"
+        return self.rope_type in (0, 2) and scaling in ("none", "linear")
+
+    def rope(self) -> Rope:
+        """The model's RoPE parameters (approximate unless `rope_exact`)."""
+        arch = self.meta("general.architecture") or ""
+        n_rot = self.meta(f"{arch}.rope.dimension_count")
+        return Rope(
+            base=float(self.meta(f"{arch}.rope.freq_base") or 10000.0),
+            head_dim=self.head_dim_k,
+            n_head_kv=self.n_head_kv,
+            neox=self.rope_type == 2,
+            n_rot=int(n_rot) if n_rot else 0,
+            freq_scale=float(ll.llama_model_rope_freq_scale_train(self.handle)),
+        )
 
     @property
     def n_vocab(self) -> int:

@@ -123,6 +123,23 @@ def read_meta(r: Reader) -> tuple[int, npt.NDArray[np.int32], tuple[tuple[int, .
     return seq_id, positions, tuple(seqs)
 
 
+def add_positions(blob: U8, delta: int) -> None:
+    """Add `delta` to every cell position of a blob, in place."""
+    r = Reader(blob)
+    r.take("<IiI")
+    (n_cells,) = r.take("<I")
+    cells = blob[r.off : r.off + 12 * n_cells]
+    if cells.nbytes == 12 * n_cells and n_cells:
+        view = cells.view("<i4").reshape(n_cells, 3)
+        if bool(np.all(view[:, 1] == 1)):
+            view[:, 0] += delta
+            return
+    for _ in range(n_cells):
+        pos, n_seq = struct.unpack_from("<iI", blob.data, r.off)
+        struct.pack_into("<i", blob.data, r.off, pos + delta)
+        r.off += 8 + 4 * n_seq
+
+
 def _read_dims(r: Reader, n_cells: int) -> tuple[bool, int]:
     if n_cells == 0:
         return False, 0

@@ -17,7 +17,6 @@ from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import SCRATCH_SEQ, Window
 from cascade_cli.recall import choose
 from cascade_cli.recall.keys import summarize
-from cascade_cli.recall.rope import rope_of
 
 
 @dataclass
@@ -37,7 +36,7 @@ def question_summary(ctx: Context, question: str) -> bytes:
     ctx.seq_rm(SCRATCH_SEQ)
     ctx.decode(toks, 0, SCRATCH_SEQ, logits="none")
     try:
-        return summarize(ctx.state_get(SCRATCH_SEQ), rope_of(ctx.model))
+        return summarize(ctx.state_get(SCRATCH_SEQ), ctx.model.rope())
     finally:
         ctx.seq_rm(SCRATCH_SEQ)
 

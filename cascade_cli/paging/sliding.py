@@ -14,7 +14,6 @@ from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.sink import save_sink
 from cascade_cli.paging.window import Window
 from cascade_cli.recall.keys import summarize
-from cascade_cli.recall.rope import rope_of
 from cascade_cli.store import ChunkMeta
 
 
@@ -25,7 +24,7 @@ class SlidingWriter:
         self.ctx = ctx
         self.lib = lib
         self.doc = doc
-        self.rope = rope_of(ctx.model)
+        self.rope = ctx.model.rope()
         self.win = Window(ctx, doc.window)
         prefix = frame(ctx.model).prefix
         self.win.append(prefix)

@@ -3,6 +3,10 @@
 Chunks enter through a scratch sequence — restoring a state clears its target sequence, so each
 chunk is restored into scratch, shifted to the window's end, then shared into the window with
 seq_cp; copied cells are shared, so scratch is emptied before anything else is shifted.
+
+The shift is done on a copy of the blob (kv.rope: positions rewritten, keys re-roped) when the
+model's RoPE can be reproduced exactly; llama.cpp's own seq_add re-ropes every cell of the
+cache on the next decode, a fixed cost that dominated a one-chunk `ask` (see kv.rope).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import numpy.typing as npt
 from cascade_cli.engine import Context
 from cascade_cli.engine.context import Buffer
 from cascade_cli.errors import ContextFullError
+from cascade_cli.kv import blob as kvblob
+from cascade_cli.kv.rope import shift_into
 
 WINDOW_SEQ = 0
 SCRATCH_SEQ = 1
@@ -27,6 +33,8 @@ class Window:
         self.ctx = ctx
         self.limit = limit
         self.end = 0
+        self.rope = ctx.model.rope() if ctx.model.rope_exact else None
+        self._buf = np.empty(0, dtype=np.uint8)
         self.reset()
 
     def reset(self) -> None:
@@ -56,10 +64,16 @@ class Window:
     def place(self, blob: Buffer, saved_pos0: int, n_tokens: int) -> None:
         """Restore a chunk saved at positions saved_pos0.. and put it at the window's end."""
         self._check(n_tokens)
-        self.ctx.state_set(SCRATCH_SEQ, blob)
         delta = self.end - saved_pos0
-        if delta:
-            self.ctx.seq_add(SCRATCH_SEQ, -1, -1, delta)
+        if delta and self.rope is not None:
+            src = kvblob.as_u8(blob)
+            if self._buf.nbytes < src.nbytes:
+                self._buf = np.empty(src.nbytes, dtype=np.uint8)
+            self.ctx.state_set(SCRATCH_SEQ, shift_into(src, delta, self.rope, self._buf))
+        else:
+            self.ctx.state_set(SCRATCH_SEQ, blob)
+            if delta:
+                self.ctx.seq_add(SCRATCH_SEQ, -1, -1, delta)
         self.ctx.seq_cp(SCRATCH_SEQ, WINDOW_SEQ)
         self.ctx.seq_rm(SCRATCH_SEQ)
         self.end += n_tokens

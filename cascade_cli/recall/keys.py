@@ -9,24 +9,13 @@ keys share a large common direction).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import numpy.typing as npt
 
 from cascade_cli.kv import blob as kvblob
+from cascade_cli.kv.rope import Rope, unrotate
 
 F32 = npt.NDArray[np.float32]
-
-
-@dataclass(frozen=True)
-class Rope:
-    """What is needed to undo RoPE on stored keys."""
-
-    base: float
-    head_dim: int
-    n_head_kv: int
-    neox: bool  # rotate halves (NEOX) instead of adjacent pairs (NORM)
 
 
 def layers_for(n_layer: int) -> list[int]:
@@ -34,27 +23,6 @@ def layers_for(n_layer: int) -> list[int]:
     start = n_layer // 3
     picks = np.linspace(start, n_layer - 1, num=min(6, n_layer - start)).round().astype(int)
     return sorted(set(int(p) for p in picks))
-
-
-def unrotate(k: npt.NDArray[np.float16], positions: npt.NDArray[np.int32], rope: Rope) -> F32:
-    """Undo RoPE: rotate every key back by its position's angle. k is (n, n_head_kv*head_dim)."""
-    n = k.shape[0]
-    hd = rope.head_dim
-    x = k.astype(np.float32).reshape(n, rope.n_head_kv, hd)
-    half = hd // 2
-    theta = rope.base ** (-np.arange(half, dtype=np.float64) * 2.0 / hd)
-    ang = positions.astype(np.float64)[:, None] * theta[None, :]
-    cos = np.cos(ang).astype(np.float32)[:, None, :]
-    sin = np.sin(ang).astype(np.float32)[:, None, :]
-    if rope.neox:
-        a, b = x[..., :half], x[..., half:]
-        out = np.concatenate([a * cos + b * sin, b * cos - a * sin], axis=-1)
-    else:
-        a, b = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = a * cos + b * sin
-        out[..., 1::2] = b * cos - a * sin
-    return out
 
 
 def summarize(blob: kvblob.BlobLike, rope: Rope) -> bytes:
