@@ -70,7 +70,7 @@ def restore(ctx: Context, pager: Pager, metas: list[ChunkMeta], window: int) -> 
         t1 = time.perf_counter()
         blob = pager.get(m.key)
         got += time.perf_counter() - t1
-        win.place(blob, m.pos, m.n_tokens)
+        win.place(blob)
     total = time.perf_counter() - t0
     win.reset()
     return total, got
@@ -142,8 +142,8 @@ def main() -> None:
                 stages["decode"].append(time.perf_counter() - t)
                 win = Window(ctx, args.window)
                 t = time.perf_counter()
-                for m, st in zip(metas, states, strict=True):
-                    win.place(st, m.pos, m.n_tokens)
+                for st in states:
+                    win.place(st)
                 stages["place"].append(time.perf_counter() - t)
                 win.reset()
             for m in metas:  # warm the RAM tier

@@ -32,6 +32,15 @@ def ask_cmd(
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
+    repeat_penalty: Annotated[
+        float,
+        typer.Option(
+            "--repeat-penalty",
+            help="Penalty on tokens repeated within the last 64 (1.0 = off: answers quote the "
+            "document, and a penalty garbles numbers with repeated digits).",
+            min=0.0,
+        ),
+    ] = 1.0,
     recall: Annotated[str, typer.Option("--recall", help="bm25, keys or hybrid.")] = "bm25",
     gpu_cache_size: opt.GpuCacheSize = None,
     memory_cache_size: opt.MemoryCacheSize = None,
@@ -57,7 +66,11 @@ def ask_cmd(
             flash_attn=flash_attn,
         )
     )
-    sampling = SamplerSettings(temperature=temperature, seed=0xFFFFFFFF if seed is None else seed)
+    sampling = SamplerSettings(
+        temperature=temperature,
+        seed=0xFFFFFFFF if seed is None else seed,
+        repeat_penalty=repeat_penalty,
+    )
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,

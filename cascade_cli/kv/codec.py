@@ -11,7 +11,8 @@ Payload format (little-endian), version 1::
               u8   version (1)
               u8   scheme id (0 none, 1 q8, 2 q4, 3 q2)
               u8   K format id, u8 V format id  (see FORMAT_IDS; 0 = raw f16)
-              u8   flags: 1 = Hadamard-rotated K, 2 = Hadamard-rotated V, 4 = centered K
+              u8   flags: 1 = Hadamard-rotated K, 2 = Hadamard-rotated V, 4 = centered K,
+                   8 = tiled K (see below)
               3x   padding
               u32  meta_len, u32 n_cells, u32 n_layer, u32 n_embd_k, u32 n_embd_v, u32 v_trans
     40        meta_len bytes: the blob's bytes before the first K section, verbatim
@@ -19,20 +20,18 @@ Payload format (little-endian), version 1::
     scheme none: the rest of the blob verbatim (so decode is byte-identical)
     otherwise, per layer: [n_embd_k f16 channel means if flag 4] K blocks, then per layer V blocks.
       K blocks: K^T (n_embd_k, n_cells) edge-padded along tokens to a multiple of the format's
-      group, flattened, zero-padded to a whole number of blocks. V blocks: V (n_cells, n_embd_v)
-      edge-padded along channels likewise. Block layouts are ggml's (kv.quant).
+      group, flattened, zero-padded to a whole number of blocks; with flag 8 (formats whose
+      block is one group: q8_0, q5_0, q4_0) K is edge-padded along tokens to whole blocks and
+      cut into tiles of one block of tokens, stored (tile, channel, token): the same groups,
+      ordered so that decoding transposes cache-sized tiles (measured 0.4 ms instead of 3.4 ms
+      for one layer of 4,096 tokens). V blocks: V (n_cells, n_embd_v) edge-padded along channels
+      likewise. Block layouts are ggml's (kv.quant).
 """
 
 from __future__ import annotations
 
-import os
 import struct
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -40,19 +39,21 @@ import numpy.typing as npt
 from cascade_cli.errors import CodecError
 from cascade_cli.kv import blob as kvblob
 from cascade_cli.kv import native
+from cascade_cli.kv.pool import pmap
 from cascade_cli.kv.quant import FORMATS, Format
+from cascade_cli.kv.rope import Rope, rotation
 
 PAYLOAD_MAGIC = b"CKVP"
 VERSION = 1
 _HEAD = struct.Struct("<4sBBBBB3xIIIIII")
 FORMAT_IDS = {"f16": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3, "q2_K": 4, "q3_K": 5, "q5_0": 6}
 _FORMAT_NAMES = {v: k for k, v in FORMAT_IDS.items()}
-ROT_K, ROT_V, CENTER_K = 1, 2, 4
+ROT_K, ROT_V, CENTER_K, TILED_K = 1, 2, 4, 8
 HADAMARD = 64
 
 F32 = npt.NDArray[np.float32]
+F16 = npt.NDArray[np.float16]
 U8 = npt.NDArray[np.uint8]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class Spec:
 
 SCHEMES: dict[str, tuple[int, Spec | None]] = {
     "none": (0, None),
-    "q8": (1, Spec("q8_0", "q8_0", CENTER_K)),
-    "q4": (2, Spec("q5_0", "q4_0", ROT_V | CENTER_K)),
+    "q8": (1, Spec("q8_0", "q8_0", CENTER_K | TILED_K)),
+    "q4": (2, Spec("q5_0", "q4_0", ROT_V | CENTER_K | TILED_K)),
     "q2": (3, Spec("q3_K", "q2_K", ROT_K | ROT_V | CENTER_K)),
 }
 
@@ -108,40 +109,34 @@ def _flatten(x: F32, fmt: Format) -> F32:
     return np.concatenate([flat, np.zeros(extra, dtype=np.float32)]) if extra else flat
 
 
+def _tiles(k: F32, t: int) -> F32:
+    """(n, width) → (tiles, width, t): tokens edge-padded to whole tiles, each tile transposed."""
+    n, width = k.shape
+    pad = -n % t
+    if pad:
+        k = np.pad(k, ((0, pad), (0, 0)), mode="edge")
+    return np.ascontiguousarray(k.reshape(-1, t, width).transpose(0, 2, 1))
+
+
+def _untile(tiles: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
+    """Inverse of _tiles into `out` (n, width), dropping the padding."""
+    _, width, t = tiles.shape
+    full = out.shape[0] // t
+    out[: full * t].reshape(full, t, width)[...] = tiles[:full].transpose(0, 2, 1)
+    rest = out.shape[0] - full * t
+    if rest:
+        out[full * t :] = tiles[full, :, :rest].T
+
+
 def _unflatten(flat: F32, rows: int, length: int, fmt: Format) -> F32:
     return flat[: rows * _padded(length, fmt)].reshape(rows, -1)[:, :length]
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-_LOCAL = threading.local()
-
-
-@contextmanager
-def serial() -> Iterator[None]:
-    """Run this thread's codec calls on the calling thread only (for background write-back,
-    so encoding does not spread onto every core while the model decodes)."""
-    _LOCAL.serial = True
-    try:
-        yield
-    finally:
-        _LOCAL.serial = False
-
-
-def _pmap(fn: Callable[[int], T], n: int) -> list[T]:
-    """Map over layers on one shared pool (ggml kernels and numpy release the GIL)."""
-    global _POOL
-    workers = os.cpu_count() or 1
-    if workers <= 1 or n <= 1 or getattr(_LOCAL, "serial", False):
-        return [fn(i) for i in range(n)]
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(workers, thread_name_prefix="cascade-codec")
-    return list(_POOL.map(fn, range(n)))
-
-
 def _spec_flags(spec: Spec, hdr: kvblob.BlobHeader) -> int:
     flags = spec.flags
+    kf = FORMATS[spec.k_fmt]
+    if kf.block != kf.group:
+        flags &= ~TILED_K
     if hdr.n_embd_k % HADAMARD:
         flags &= ~ROT_K
     if hdr.n_embd_v % HADAMARD:
@@ -180,9 +175,11 @@ def encode_spec(
             mean = k.mean(axis=0).astype(np.float16)
             k = k - mean.astype(np.float32)
             head = mean.tobytes()
-        return (
-            head + native.quantize(kf.name, _flatten(np.ascontiguousarray(k.T), kf), nat).tobytes()
-        )
+        if flags & TILED_K:
+            flat = _tiles(k, kf.block).reshape(-1)
+        else:
+            flat = _flatten(np.ascontiguousarray(k.T), kf)
+        return head + native.quantize(kf.name, flat, nat).tobytes()
 
     def enc_v(layer: int) -> bytes:
         v = kv.v[layer]
@@ -193,7 +190,7 @@ def encode_spec(
             v32 = _rotate(v32)
         return native.quantize(vf.name, _flatten(v32, vf), nat).tobytes()
 
-    parts = _pmap(enc_k, hdr.n_layer) + _pmap(enc_v, hdr.n_layer)
+    parts = pmap(enc_k, hdr.n_layer) + pmap(enc_v, hdr.n_layer)
     head = _pack_head(scheme_id, spec.k_fmt, spec.v_fmt, flags, hdr)
     return b"".join([head, *parts])
 
@@ -244,8 +241,18 @@ def decoded_size(payload: kvblob.BlobLike) -> int:
     return kvblob.blob_size(info(payload).header)
 
 
-def decode(payload: kvblob.BlobLike, out: U8 | None = None, native_kernels: bool = True) -> U8:
-    """Rebuild a ready-to-restore blob into `out` (or a new array); returns the filled view."""
+def decode(
+    payload: kvblob.BlobLike,
+    out: U8 | None = None,
+    native_kernels: bool = True,
+    at: int | None = None,
+    rope: Rope | None = None,
+) -> U8:
+    """Rebuild a ready-to-restore blob into `out` (or a new array); returns the filled view.
+
+    With `at`, the chunk is rebuilt already moved so that its first cell sits at position `at`
+    (keys re-roped with `rope` while they are still f32 — cheaper than shifting afterwards).
+    """
     buf = kvblob.as_u8(payload)
     pi = info(buf)
     hdr = pi.header
@@ -254,18 +261,45 @@ def decode(payload: kvblob.BlobLike, out: U8 | None = None, native_kernels: bool
         out = np.empty(size, dtype=np.uint8)
     if out.nbytes < size:
         raise CodecError(f"output buffer too small: {out.nbytes} < {size}")
+    delta = 0 if at is None or hdr.n_cells == 0 else at - int(hdr.positions[0])
+    move: Move | None = None
+    if delta:
+        if rope is None or hdr.n_embd_k % rope.head_dim:
+            raise CodecError("moving a chunk while decoding needs the model's RoPE parameters")
+        move = Move(rotation(rope, delta), rope.head_dim)
     if pi.k_fmt == "f16":
         rest = buf[pi.body :]
         if len(hdr.meta) + rest.nbytes != size:
             raise CodecError("KV payload truncated")
         out[: len(hdr.meta)] = np.frombuffer(hdr.meta, dtype=np.uint8)
         out[len(hdr.meta) : size] = rest
-        return out[:size]
-    _decode_kv(buf, pi, out, native_kernels)
+        if move is not None:
+            ks, _ = kvblob.layout(hdr, out)
+            pmap(lambda i: move.apply_f16(ks[i], native_kernels), hdr.n_layer)
+    else:
+        _decode_kv(buf, pi, out, native_kernels, move)
+    if delta:
+        kvblob.add_positions(out[:size], delta)
     return out[:size]
 
 
-def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool) -> None:
+@dataclass(frozen=True)
+class Move:
+    """A RoPE shift to apply to keys: k_row_of_one_head @ matrix."""
+
+    matrix: F32
+    head_dim: int
+
+    def apply(self, k: F32) -> F32:
+        """(n, n_embd_k) f32 keys, moved."""
+        return (k.reshape(-1, self.head_dim) @ self.matrix).reshape(k.shape)
+
+    def apply_f16(self, k: F16, nat: bool) -> None:
+        """Move f16 keys in place."""
+        native.to_f16(self.apply(native.to_f32(k, nat)), k, nat)
+
+
+def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool, move: Move | None) -> None:
     hdr = pi.header
     n, ek, ev, flags = hdr.n_cells, hdr.n_embd_k, hdr.n_embd_v, pi.flags
     kf, vf = FORMATS[pi.k_fmt], FORMATS[pi.v_fmt]
@@ -277,16 +311,36 @@ def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool) -> None:
     ks, vs = kvblob.layout(hdr, out)
     v0 = pi.body + hdr.n_layer * k_bytes
 
+    def finish_k(k32: F32, layer: int) -> None:
+        """(n, ek) f32 keys in token order: undo the Hadamard, move, store as f16."""
+        if flags & ROT_K:
+            k32 = _rotate(k32)
+        if move is not None:
+            k32 = move.apply(k32)
+        native.to_f16(np.ascontiguousarray(k32), ks[layer], nat)
+
     def dec_k(layer: int) -> None:
         off = pi.body + layer * k_bytes
-        kt = _unflatten(
-            native.dequantize(kf.name, buf[off + mean_bytes : off + k_bytes], None, nat), ek, n, kf
-        )
+        raw = native.dequantize(kf.name, buf[off + mean_bytes : off + k_bytes], None, nat)
+        mean = buf[off : off + mean_bytes].view(np.float16).astype(np.float32)
+        if flags & TILED_K:
+            t = raw.reshape(-1, ek, kf.block)
+            if mean_bytes:
+                t += mean[None, :, None]
+            if flags & ROT_K or move is not None:
+                k32 = np.empty((n, ek), dtype=np.float32)
+                _untile(t, k32)
+                finish_k(k32, layer)
+                return
+            t16 = np.empty(t.shape, dtype=np.float16)
+            native.to_f16(t, t16, nat)
+            _untile(t16, ks[layer])
+            return
+        kt = _unflatten(raw, ek, n, kf)
         if mean_bytes:
-            mean = buf[off : off + mean_bytes].view(np.float16).astype(np.float32)
             kt = kt + mean[:, None]
-        if flags & ROT_K:
-            native.to_f16(_rotate(np.ascontiguousarray(kt.T)), ks[layer], nat)
+        if flags & ROT_K or move is not None:
+            finish_k(kt.T, layer)
             return
         # cast while still channel-major, then transpose the half-size f16 copy
         tmp = np.empty(kt.shape, dtype=np.float16)
@@ -309,4 +363,4 @@ def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool) -> None:
         native.to_f16(v, vs[layer], nat)
 
     n_layer = hdr.n_layer
-    _pmap(lambda i: dec_k(i) if i < n_layer else dec_v(i - n_layer), 2 * n_layer)
+    pmap(lambda i: dec_k(i) if i < n_layer else dec_v(i - n_layer), 2 * n_layer)

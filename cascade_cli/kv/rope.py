@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from cascade_cli.kv import blob as kvblob
 from cascade_cli.kv import native
-from cascade_cli.kv.codec import _pmap
+from cascade_cli.kv.pool import pmap
 
 F32 = npt.NDArray[np.float32]
 F16 = npt.NDArray[np.float16]
@@ -103,5 +103,5 @@ def shift_into(
         x = native.to_f32(src.k[i], native_kernels).reshape(-1, rope.head_dim)
         native.to_f16((x @ m).reshape(ks[i].shape), ks[i], native_kernels)
 
-    _pmap(copy, 2 * hdr.n_layer)
+    pmap(copy, 2 * hdr.n_layer)
     return dst

@@ -8,14 +8,25 @@ from typing import Any
 from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir
-from cascade_cli.kv import codec
+from cascade_cli.kv.pool import serial
+from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
 from cascade_cli.store import DiskStore, Pager, RamCache
 
 
 def _encode(blob: Any, scheme: str) -> bytes:
-    with codec.serial():
+    with serial():
         return kv.encode(blob, scheme)
+
+
+class _Decode:
+    """The pager's decoder: a chunk's state, moved to position `at` when asked and possible."""
+
+    def __init__(self, rope: Rope | None) -> None:
+        self.rope = rope
+
+    def __call__(self, payload: bytes, at: int | None = None) -> Any:
+        return kv.decode(payload, at=at if self.rope is not None else None, rope=self.rope)
 
 
 class Library:
@@ -31,7 +42,8 @@ class Library:
             timeout=timeout,
         )
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
-        self.pager = Pager(self.disk, self.ram, _encode, kv.decode, writers=1, writer_nice=10)
+        rope = ctx.model.rope() if ctx.model.rope_exact else None
+        self.pager = Pager(self.disk, self.ram, _encode, _Decode(rope), writers=1, writer_nice=10)
 
     @property
     def conn(self) -> Any:

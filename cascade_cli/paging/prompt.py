@@ -48,7 +48,9 @@ def _build(model: Model, system: str) -> Frame:
 
 def question_tokens(model: Model, fr: Frame, question: str) -> list[int]:
     """Tokens that follow the last chunk: separator, the question, the reply header, and an
-    "Answer: " cue (measured on the needle benchmark: 10/10 retrievals against 5/10 without)."""
-    text = f"{fr.after_doc}Question about the excerpts above: {question.strip()}"
+    "Answer: " cue. Measured on the 20 needle trials: 11/20 without the cue, 16/20 without the
+    "Question: " label, 18/20 with both, the same as a longer "Question about the excerpts above: "
+    label that cost 4 more tokens to decode on every ask."""
+    text = f"{fr.after_doc}Question: {question.strip()}"
     text += f"{fr.after_question}Answer: "
     return model.tokenize(text, add_special=False, parse_special=True)

@@ -48,7 +48,7 @@ def place_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) ->
     if lib.disk.exists(key):
         warm = key in lib.ram
         try:
-            win.place(lib.pager.get(key), 0, len(prefix))
+            win.place(lib.pager.get(key))
             return "ram" if warm else "disk"
         except StoreError:  # corrupt or unreadable: recompute instead of serving it
             win.reset()

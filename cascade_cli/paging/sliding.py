@@ -43,8 +43,7 @@ class SlidingWriter:
     def rebuild(self, done: Sequence[ChunkMeta], chars_done: int) -> None:
         """Continue after `done` (committed chunks 0..n-1): restore the last ones into the window."""
         for meta in list(done)[len(done) - min(len(done), self.capacity) :]:
-            self.win.place(self.lib.pager.get(meta.key), meta.pos, meta.n_tokens)
-            self.live.append(meta.n_tokens)
+            self.live.append(self.win.place(self.lib.pager.get(meta.key, at=self.win.end)))
         self.tokens_done = done[-1].end if done else 0
         self.chars_done = chars_done
 

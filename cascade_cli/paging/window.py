@@ -61,10 +61,13 @@ class Window:
         self.end += len(tokens)
         return out
 
-    def place(self, blob: Buffer, saved_pos0: int, n_tokens: int) -> None:
-        """Restore a chunk saved at positions saved_pos0.. and put it at the window's end."""
-        self._check(n_tokens)
-        delta = self.end - saved_pos0
+    def place(self, blob: Buffer) -> int:
+        """Put a chunk's state (at whatever positions it holds) at the window's end; returns
+        its token count."""
+        hdr = kvblob.header(blob)
+        n = hdr.n_cells
+        self._check(n)
+        delta = self.end - int(hdr.positions[0]) if n else 0
         if delta and self.rope is not None:
             src = kvblob.as_u8(blob)
             if self._buf.nbytes < src.nbytes:
@@ -76,7 +79,8 @@ class Window:
                 self.ctx.seq_add(SCRATCH_SEQ, -1, -1, delta)
         self.ctx.seq_cp(SCRATCH_SEQ, WINDOW_SEQ)
         self.ctx.seq_rm(SCRATCH_SEQ)
-        self.end += n_tokens
+        self.end += n
+        return n
 
     def save(
         self, p0: int, p1: int, out: npt.NDArray[np.uint8] | None = None

@@ -43,6 +43,7 @@ from cascade_cli.store.files import (
     make_dir,
     read_exact,
     read_into,
+    will_need,
     write_durable,
 )
 from cascade_cli.store.index import COLUMNS, open_readonly, open_writable, row_meta, row_values
@@ -290,6 +291,14 @@ class DiskStore:
     def total_bytes(self) -> int:
         """Sum of payload sizes."""
         return int(self._rows("SELECT COALESCE(SUM(nbytes), 0) FROM chunks")[0][0])
+
+    def advise(self, keys: list[str]) -> None:
+        """Start the kernel reading these chunks' files, so reads queued behind decoding find
+        them in the page cache."""
+        for key in keys:
+            rows = self._rows("SELECT file FROM chunks WHERE key = ?", (key,))
+            if rows:
+                will_need(self._file(rows[0][0]))
 
     def get(self, key: str) -> bytes:
         """The verified payload of ``key``; CorruptChunkError if its bytes are bad or gone."""

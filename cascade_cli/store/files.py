@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -107,3 +108,17 @@ def read_into(path: Path, out: memoryview) -> None:
             got += n
         if got != len(out) or fh.read(1):
             raise EOFError(f"{path}: expected {len(out)} bytes")
+
+
+def will_need(path: Path) -> None:
+    """Ask the kernel to start reading `path` into the page cache now (no-op where unsupported
+    or when the file is gone: the read that follows reports that)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)

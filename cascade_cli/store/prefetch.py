@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
 from types import TracebackType
@@ -20,7 +20,8 @@ from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
 
 Encode = Callable[[Any, str], bytes]
-Decode = Callable[[bytes], Any]
+#: decode(payload) -> state, or decode(payload, at) -> the state moved to start at position `at`
+Decode = Callable[..., Any]
 
 
 def _nice(increment: int) -> None:
@@ -70,13 +71,14 @@ class Pager:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    def prefetch(self, keys: Iterable[str]) -> int:
+    def prefetch(self, keys: Iterable[str], at: Mapping[str, int] | None = None) -> int:
         """Start loading the chunks ``keys`` will need next (in that order); returns how many
         loads were started. Keys already in RAM or in flight are skipped; finished loads of keys
         no longer wanted are dropped. At most ``max_prefetch`` loads are held at once.
         """
         wanted = list(dict.fromkeys(keys))
         started = 0
+        fresh: list[str] = []
         with self._lock:
             keep = set(wanted)
             for key in [k for k, f in self._reading.items() if f.done() and k not in keep]:
@@ -86,14 +88,21 @@ class Pager:
                     break
                 if key in self._reading or key in self.ram:
                     continue
-                fut = self._readers.submit(self._load, key)
+                fresh.append(key)
+                fut = self._readers.submit(self._load, key, (at or {}).get(key))
                 self._reading[key] = fut
                 fut.add_done_callback(partial(self._loaded, key))
                 started += 1
+        if len(fresh) > 1:
+            # all reads in flight at once: readers decode while the kernel fetches the rest
+            self.disk.advise(fresh[1:])
         return started
 
-    def get(self, key: str) -> Any:
-        """The ready state of ``key``; raises NotFoundError / CorruptChunkError from the disk."""
+    def get(self, key: str, at: int | None = None) -> Any:
+        """The ready state of ``key``; raises NotFoundError / CorruptChunkError from the disk.
+
+        A state loaded here (not prefetched, not in RAM) is decoded at ``at`` when given; states
+        from RAM or a prefetch are as they were decoded — callers read positions from them."""
         with self._lock:
             fut = self._reading.pop(key, None)
         if fut is not None:
@@ -101,15 +110,15 @@ class Pager:
         state = self.ram.get(key)
         if state is not None:
             return state
-        return self._load(key)[0]
+        return self._load(key, at)[0]
 
-    def _load(self, key: str) -> tuple[Any, bool]:
+    def _load(self, key: str, at: int | None = None) -> tuple[Any, bool]:
         with self._lock:
             pending = self._saving.get(key)
         if pending is not None:
             wait([pending])
         payload = self.disk.get(key)
-        state = self._decode(payload)
+        state = self._decode(payload) if at is None else self._decode(payload, at)
         return state, self.ram.put(key, state)
 
     def _loaded(self, key: str, fut: Future[tuple[Any, bool]]) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from cascade_cli import kv
 from cascade_cli.errors import CodecError
+from cascade_cli.kv.codec import TILED_K, Spec
 from tests.kv.synth import make_blob
 
 # Max error relative to each layer's largest |value|, per scheme (K, V).
@@ -117,3 +118,19 @@ def test_bad_payloads_raise() -> None:
         kv.decode(payload[:-1])
     with pytest.raises(CodecError, match="truncated"):
         kv.decode(payload[:10])
+
+
+@pytest.mark.parametrize("n_cells", [1, 31, 32, 70, 512])
+@pytest.mark.parametrize("v_trans", [False, True])
+def test_tiled_keys_decode_like_the_untiled_layout(n_cells: int, v_trans: bool) -> None:
+    """Tiling only reorders K's groups: tiled and untiled payloads (those written before the
+    tiled layout existed) rebuild the same blob, and the tiled one is no larger."""
+    blob = make_blob(n_cells, n_embd_k=192, n_embd_v=192, v_trans=v_trans)
+    for spec in (kv.SCHEMES["q4"][1], kv.SCHEMES["q8"][1]):
+        assert spec is not None and spec.flags & TILED_K
+        untiled = Spec(spec.k_fmt, spec.v_fmt, spec.flags & ~TILED_K)
+        new, old = kv.encode_spec(blob, spec, 2), kv.encode_spec(blob, untiled, 2)
+        assert kv.info(new).flags & TILED_K and not kv.info(old).flags & TILED_K
+        assert len(new) == len(old)
+        assert bytes(kv.decode(new)) == bytes(kv.decode(old))
+        assert bytes(kv.decode(new, native_kernels=False)) == bytes(kv.decode(new))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cascade_cli import kv
+from cascade_cli.errors import CodecError
 from cascade_cli.kv.rope import Rope, rotation, shift_into, unrotate
 
 
@@ -82,3 +83,23 @@ def test_rotation_composes_and_unrotate_inverts(neox: bool) -> None:
     shifted = (k.astype(np.float32).reshape(-1, 8) @ m).reshape(1, 16).astype(np.float16)
     back = unrotate(shifted, np.array([9], dtype=np.int32), rope)
     np.testing.assert_allclose(back.reshape(1, 16), k.astype(np.float32), atol=5e-3)
+
+
+@pytest.mark.parametrize("scheme", ["none", "q8", "q4", "q2"])
+def test_decode_at_moves_like_shift_into(real_blob: np.ndarray, scheme: str) -> None:
+    """Decoding straight to a new position equals decoding, then shifting (to f16 rounding)."""
+    rope = Rope(base=100000.0, head_dim=64, n_head_kv=3, neox=False)
+    payload = kv.encode(real_blob, scheme)
+    plain = kv.decode(payload)
+    pos0 = int(kv.header(plain).positions[0])
+    moved = kv.decode(payload, at=pos0 + 300, rope=rope)
+    ref = shift_into(plain, 300, rope, np.empty(plain.nbytes, dtype=np.uint8))
+    assert np.array_equal(kv.header(moved).positions, kv.header(ref).positions)
+    a, b = kv.parse(moved), kv.parse(ref)
+    for x, y in zip(a.v, b.v, strict=True):
+        assert np.array_equal(x, y)
+    for x, y in zip(a.k, b.k, strict=True):
+        np.testing.assert_allclose(x.astype(np.float32), y.astype(np.float32), rtol=2e-3, atol=2e-3)
+    assert bytes(kv.decode(payload, at=pos0, rope=None)) == bytes(plain)  # no move, no rope needed
+    with pytest.raises(CodecError, match="RoPE"):
+        kv.decode(payload, at=pos0 + 1)
