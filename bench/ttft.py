@@ -1,11 +1,12 @@
 """Time to first token: `ask` on an ingested book vs prefilling the same recalled text.
 
-python bench/ttft.py [--text FILE] [--top-k 1 3 7] [--repeats 3]
+python bench/ttft.py [--configs 1:0 1:1 3:0 7:0] [--rounds 3]
 
-Reuses the base document of bench/needle.py (run that first). For each top-k (no neighbours,
-BM25 recall), asks a question about the book through the real ask path (sink and chunks restored
-from disk, RAM tier cleared before each ask) and, in the same process, prefills the same prefix,
-chunk tokens and question from scratch; reports medians and their ratio.
+Reuses the base document of bench/needle.py (run that first). For each top-k:neighbours config
+(BM25 recall; 1:1 is `ask`'s default), asks questions about the book through the real ask path
+(sink and chunks restored from disk, RAM tier cleared before each ask) and, in the same process,
+prefills the same prefix, chunk tokens and question from scratch; reports medians over
+rounds × questions and their ratio.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ QUESTIONS = [
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--top-k", type=int, nargs="+", default=[1, 3, 7])
+    ap.add_argument("--configs", nargs="+", default=["1:0", "1:1", "3:0", "7:0"])
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
     args = ap.parse_args()
@@ -52,15 +54,16 @@ def main() -> None:
     ):
         doc = catalog.find(lib.conn, "base")
         print(f"document: {doc.tokens} tokens, {doc.chunks} chunks, window {args.window}")
-        print("| top-k | recalled tokens | ask TTFT s | prefill TTFT s | ratio |")
-        print("|---|---|---|---|---|")
-        for k in args.top_k:
+        print("| top-k | neighbours | recalled tokens | ask TTFT s | prefill TTFT s | ratio |")
+        print("|---|---|---|---|---|---|")
+        for config in args.configs:
+            k, nb = (int(x) for x in config.split(":"))
             asked, scratch, tokens = [], [], 0
-            for question in QUESTIONS:
+            for question in QUESTIONS * args.rounds:
                 lib.ram.clear()
                 res = AskResult(doc=doc.name)
                 for _ in ask(ctx, lib, doc, question, res, window=args.window, mode="bm25",
-                             top_k=k, neighbors=0, max_tokens=1):  # fmt: skip
+                             top_k=k, neighbors=nb, max_tokens=1):  # fmt: skip
                     pass
                 asked.append(res.timings["ttft_s"])
                 metas = [lib.disk.meta(doc.chunk_key(c["index"])) for c in res.chunks]
@@ -69,7 +72,7 @@ def main() -> None:
                     prefill_ttft(ctx, args.window, [m.tokens.tolist() for m in metas], question)
                 )
             a, s = statistics.median(asked), statistics.median(scratch)
-            print(f"| {k} | {tokens} | {a:.3f} | {s:.3f} | {s / a:.1f}x |", flush=True)
+            print(f"| {k} | {nb} | {tokens} | {a:.3f} | {s:.3f} | {s / a:.1f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,13 @@ def ask_cmd(
         int, typer.Option("--top-k", help="Best-matching chunks to page in.", min=1)
     ] = 1,
     neighbors: Annotated[
-        int, typer.Option("--neighbors", help="Chunks added on each side of every hit.", min=0)
-    ] = 0,
+        int,
+        typer.Option(
+            "--neighbors",
+            help="Chunks added on each side of every hit (answers that straddle a boundary).",
+            min=0,
+        ),
+    ] = 1,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,

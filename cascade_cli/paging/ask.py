@@ -88,7 +88,7 @@ def ask(
     window: int,
     mode: str = "bm25",
     top_k: int = 1,
-    neighbors: int = 0,
+    neighbors: int = 1,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
 ) -> Iterator[str]:
