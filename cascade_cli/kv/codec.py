@@ -41,7 +41,7 @@ from cascade_cli.kv import blob as kvblob
 from cascade_cli.kv import native
 from cascade_cli.kv.pool import pmap
 from cascade_cli.kv.quant import FORMATS, Format
-from cascade_cli.kv.rope import Rope, rotation
+from cascade_cli.kv.rope import Move, Rope
 
 PAYLOAD_MAGIC = b"CKVP"
 VERSION = 1
@@ -266,7 +266,7 @@ def decode(
     if delta:
         if rope is None or hdr.n_embd_k % rope.head_dim:
             raise CodecError("moving a chunk while decoding needs the model's RoPE parameters")
-        move = Move(rotation(rope, delta), rope.head_dim)
+        move = Move.of(rope, delta)
     if pi.k_fmt == "f16":
         rest = buf[pi.body :]
         if len(hdr.meta) + rest.nbytes != size:
@@ -275,28 +275,12 @@ def decode(
         out[len(hdr.meta) : size] = rest
         if move is not None:
             ks, _ = kvblob.layout(hdr, out)
-            pmap(lambda i: move.apply_f16(ks[i], native_kernels), hdr.n_layer)
+            pmap(lambda i: move.apply_f16(ks[i], ks[i], native_kernels), hdr.n_layer)
     else:
         _decode_kv(buf, pi, out, native_kernels, move)
     if delta:
         kvblob.add_positions(out[:size], delta)
     return out[:size]
-
-
-@dataclass(frozen=True)
-class Move:
-    """A RoPE shift to apply to keys: k_row_of_one_head @ matrix."""
-
-    matrix: F32
-    head_dim: int
-
-    def apply(self, k: F32) -> F32:
-        """(n, n_embd_k) f32 keys, moved."""
-        return (k.reshape(-1, self.head_dim) @ self.matrix).reshape(k.shape)
-
-    def apply_f16(self, k: F16, nat: bool) -> None:
-        """Move f16 keys in place."""
-        native.to_f16(self.apply(native.to_f32(k, nat)), k, nat)
 
 
 def _decode_kv(buf: U8, pi: PayloadInfo, out: U8, nat: bool, move: Move | None) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from cascade_cli.errors import CodecError
 from cascade_cli.kv import blob as kvblob
 from cascade_cli.kv import native
 from cascade_cli.kv.pool import pmap
@@ -77,6 +78,26 @@ def rotation(rope: Rope, delta: int) -> F32:
     return m.astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Move:
+    """A RoPE shift of keys by a fixed number of positions."""
+
+    matrix: F32  # k_row_of_one_head @ matrix
+    head_dim: int
+
+    @classmethod
+    def of(cls, rope: Rope, delta: int) -> Move:
+        return cls(rotation(rope, delta), rope.head_dim)
+
+    def apply(self, k: F32) -> F32:
+        """(n, n_embd_k) f32 keys, moved."""
+        return (k.reshape(-1, self.head_dim) @ self.matrix).reshape(k.shape)
+
+    def apply_f16(self, k: F16, out: F16, nat: bool = True) -> None:
+        """out[...] = k moved (f16 in and out; `out` may be `k`)."""
+        native.to_f16(self.apply(native.to_f32(k, nat)), out, nat)
+
+
 def shift_into(
     blob: kvblob.BlobLike, delta: int, rope: Rope, out: U8, native_kernels: bool = True
 ) -> U8:
@@ -87,21 +108,20 @@ def shift_into(
     src = kvblob.parse(blob)
     size = kvblob.blob_size(src.header)
     if out.nbytes < size:
-        raise ValueError(f"output buffer too small: {out.nbytes} < {size}")
+        raise CodecError(f"output buffer too small: {out.nbytes} < {size}")
     hdr = src.header
     dst = out[:size]
     if hdr.n_embd_k != rope.n_head_kv * rope.head_dim:
-        raise ValueError(f"K rows of {hdr.n_embd_k} values do not match {rope}")
+        raise CodecError(f"K rows of {hdr.n_embd_k} values do not match {rope}")
     ks, vs = kvblob.layout(hdr, dst)  # header, positions still the old ones
     kvblob.add_positions(dst, delta)
-    m = rotation(rope, delta)
+    move = Move.of(rope, delta)
 
     def copy(i: int) -> None:
         if i >= hdr.n_layer:
             vs[i - hdr.n_layer][...] = src.v[i - hdr.n_layer]
-            return
-        x = native.to_f32(src.k[i], native_kernels).reshape(-1, rope.head_dim)
-        native.to_f16((x @ m).reshape(ks[i].shape), ks[i], native_kernels)
+        else:
+            move.apply_f16(src.k[i], ks[i], native_kernels)
 
     pmap(copy, 2 * hdr.n_layer)
     return dst

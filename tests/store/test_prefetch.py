@@ -141,3 +141,25 @@ def test_stats_persist_across_processes_and_opens(tmp_path: Path) -> None:
 def test_bucket_edges() -> None:
     assert bucket_of(0) == 0 and bucket_of(1e-5) == 0 and bucket_of(1.1e-5) == 1
     assert bucket_of(1e9) == len(BUCKETS)
+
+
+def test_prefetch_and_get_pass_target_positions_to_the_decoder(tmp_path: Path) -> None:
+    """decode(payload, at) is used where a target position is known; plain decode otherwise."""
+    seen: list[int | None] = []
+
+    def decode_at(payload: bytes, at: int | None = None) -> np.ndarray:
+        seen.append(at)
+        return decode(payload)
+
+    with (
+        DiskStore.open(tmp_path, "fp") as disk,
+        Pager(disk, RamCache(10**6, disk.stats), encode, decode_at) as pager,
+    ):
+        for i in range(3):
+            pager.save(cm(i), blob(i))
+        pager.flush()
+        pager.prefetch(["d:0", "d:1"], {"d:0": 100})
+        assert np.array_equal(pager.get("d:0"), blob(0))
+        assert np.array_equal(pager.get("d:1"), blob(1))
+        assert np.array_equal(pager.get("d:2", at=7), blob(2))
+    assert sorted(seen, key=str) == sorted([100, None, 7], key=str)
