@@ -64,38 +64,45 @@ class Pager:
             writers, thread_name_prefix="cascade-write", initializer=_nice, initargs=(writer_nice,)
         )
         self._slots = threading.BoundedSemaphore(max_pending)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a done future runs its callback in add_done_callback
         self._reading: dict[str, Future[tuple[Any, bool]]] = {}
         self._saving: dict[str, Future[ChunkMeta]] = {}
         self._errors: list[BaseException] = []
+        self._backlog: list[tuple[str, int | None]] = []
 
     # ---- reads -------------------------------------------------------------------------------
 
     def prefetch(self, keys: Iterable[str], at: Mapping[str, int] | None = None) -> int:
         """Start loading the chunks ``keys`` will need next (in that order); returns how many
-        loads were started. Keys already in RAM or in flight are skipped; finished loads of keys
-        no longer wanted are dropped. At most ``max_prefetch`` loads are held at once.
+        loads were started now. Keys already in RAM or in flight are skipped; finished loads of
+        keys no longer wanted are dropped. At most ``max_prefetch`` loads are held at once; the
+        rest wait in a backlog that refills as states are taken (replaced by the next call).
+        ``at`` maps keys to the position their first cell should be decoded at.
         """
         wanted = list(dict.fromkeys(keys))
-        started = 0
-        fresh: list[str] = []
+        targets = dict(at or {})
         with self._lock:
             keep = set(wanted)
             for key in [k for k, f in self._reading.items() if f.done() and k not in keep]:
                 del self._reading[key]
-            for key in wanted:
-                if len(self._reading) >= self.max_prefetch:
-                    break
-                if key in self._reading or key in self.ram:
-                    continue
-                fresh.append(key)
-                fut = self._readers.submit(self._load, key, (at or {}).get(key))
-                self._reading[key] = fut
-                fut.add_done_callback(partial(self._loaded, key))
-                started += 1
+            self._backlog = [(k, targets.get(k)) for k in wanted]
+            fresh = self._refill()
         if len(fresh) > 1:
             # all reads in flight at once: readers decode while the kernel fetches the rest
             self.disk.advise(fresh[1:])
+        return len(fresh)
+
+    def _refill(self) -> list[str]:
+        """Start backlog loads up to ``max_prefetch`` in flight (caller holds the lock)."""
+        started: list[str] = []
+        while self._backlog and len(self._reading) < self.max_prefetch:
+            key, at = self._backlog.pop(0)
+            if key in self._reading or key in self.ram:
+                continue
+            fut = self._readers.submit(self._load, key, at)
+            self._reading[key] = fut
+            fut.add_done_callback(partial(self._loaded, key))
+            started.append(key)
         return started
 
     def get(self, key: str, at: int | None = None) -> Any:
@@ -105,6 +112,8 @@ class Pager:
         from RAM or a prefetch are as they were decoded — callers read positions from them."""
         with self._lock:
             fut = self._reading.pop(key, None)
+            self._backlog = [(k, a) for k, a in self._backlog if k != key]
+            self._refill()
         if fut is not None:
             return fut.result()[0]
         state = self.ram.get(key)
@@ -128,10 +137,12 @@ class Pager:
         with self._lock:
             if self._reading.get(key) is fut:
                 del self._reading[key]
+                self._refill()
 
     def cancel(self) -> None:
         """Forget every prefetch not yet consumed (running ones finish and fill RAM)."""
         with self._lock:
+            self._backlog.clear()
             for fut in self._reading.values():
                 fut.cancel()
             self._reading.clear()

@@ -163,3 +163,24 @@ def test_prefetch_and_get_pass_target_positions_to_the_decoder(tmp_path: Path) -
         assert np.array_equal(pager.get("d:1"), blob(1))
         assert np.array_equal(pager.get("d:2", at=7), blob(2))
     assert sorted(seen, key=str) == sorted([100, None, 7], key=str)
+
+
+def test_prefetch_backlog_refills_beyond_the_limit(tmp_path: Path) -> None:
+    """More keys than max_prefetch: the rest start as earlier ones are taken, none synchronously."""
+    loads: list[str] = []
+
+    def decode_logged(payload: bytes) -> np.ndarray:
+        loads.append(threading.current_thread().name)
+        return decode(payload)
+
+    with (
+        DiskStore.open(tmp_path, "fp") as disk,
+        Pager(disk, RamCache(0, disk.stats), encode, decode_logged, max_prefetch=2) as pager,
+    ):
+        for i in range(7):
+            pager.save(cm(i), blob(i))
+        pager.flush()
+        assert pager.prefetch([f"d:{i}" for i in range(7)]) == 2
+        for i in range(7):
+            assert np.array_equal(pager.get(f"d:{i}"), blob(i))
+    assert len(loads) == 7 and all(name.startswith("cascade-read") for name in loads)
