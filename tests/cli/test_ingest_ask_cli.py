@@ -323,3 +323,10 @@ def test_ask_finds_needle(home: Path, tmp_path: Path) -> None:
     data = ask_json(home, "n", "What is the pass key?", "--max-tokens", "24")
     assert needle_idx in [c["index"] for c in data["chunks"]]
     assert "48213" in data["answer"], data["answer"]
+    n_chunks = doc_rows(home)[0][5]
+    idx = [c["index"] for c in data["chunks"]]  # default: the hit and a neighbour on each side
+    assert idx == [i for i in (needle_idx - 1, needle_idx, needle_idx + 1) if 0 <= i < n_chunks]
+    alone = ask_json(
+        home, "n", "What is the pass key?", "--neighbors", "0", "--repeat-penalty", "1.3"
+    )
+    assert [c["index"] for c in alone["chunks"]] == [needle_idx]
