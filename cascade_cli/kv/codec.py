@@ -5,10 +5,10 @@ K^T), values per token (groups run along channels). Optional extras per scheme: 
 Hadamard rotation of channels before quantizing (spreads outlier channels), and per-channel key
 centering (the f16 mean over the chunk's tokens is stored and subtracted).
 
-Payload format (little-endian), version 1::
+Payload format (little-endian), version 2 (version 1: the same without flag 8)::
 
     offset 0  4s   magic b"CKVP"
-              u8   version (1)
+              u8   version (2 when flag 8 is set, else 1)
               u8   scheme id (0 none, 1 q8, 2 q4, 3 q2)
               u8   K format id, u8 V format id  (see FORMAT_IDS; 0 = raw f16)
               u8   flags: 1 = Hadamard-rotated K, 2 = Hadamard-rotated V, 4 = centered K,
@@ -44,11 +44,13 @@ from cascade_cli.kv.quant import FORMATS, Format
 from cascade_cli.kv.rope import Move, Rope
 
 PAYLOAD_MAGIC = b"CKVP"
-VERSION = 1
+VERSION = 2  # written when K is tiled (flag 8); version-1 payloads (no tiles) still decode
+VERSIONS = (1, 2)
 _HEAD = struct.Struct("<4sBBBBB3xIIIIII")
 FORMAT_IDS = {"f16": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3, "q2_K": 4, "q3_K": 5, "q5_0": 6}
 _FORMAT_NAMES = {v: k for k, v in FORMAT_IDS.items()}
 ROT_K, ROT_V, CENTER_K, TILED_K = 1, 2, 4, 8
+FLAGS = ROT_K | ROT_V | CENTER_K | TILED_K
 HADAMARD = 64
 
 F32 = npt.NDArray[np.float32]
@@ -197,8 +199,9 @@ def encode_spec(
 
 def _pack_head(sid: int, kf: str, vf: str, flags: int, hdr: kvblob.BlobHeader) -> bytes:
     fields = (len(hdr.meta), hdr.n_cells, hdr.n_layer, hdr.n_embd_k, hdr.n_embd_v)
+    ver = VERSION if flags & TILED_K else 1  # older readers refuse tiles instead of misreading
     head = _HEAD.pack(
-        PAYLOAD_MAGIC, VERSION, sid, FORMAT_IDS[kf], FORMAT_IDS[vf], flags, *fields, hdr.v_trans
+        PAYLOAD_MAGIC, ver, sid, FORMAT_IDS[kf], FORMAT_IDS[vf], flags, *fields, hdr.v_trans
     )
     return head + hdr.meta
 
@@ -223,10 +226,14 @@ def info(payload: kvblob.BlobLike) -> PayloadInfo:
     magic, ver, sid, kid, vid, flags, meta_len, _, n_layer, ek, ev, vt = _HEAD.unpack_from(buf.data)
     if magic != PAYLOAD_MAGIC:
         raise CodecError("not a cascade KV payload")
-    if ver != VERSION:
-        raise CodecError(f"KV payload version {ver} is not supported (need {VERSION})")
+    if ver not in VERSIONS:
+        raise CodecError(f"KV payload version {ver} is not supported (this cascade reads 1–2)")
     if kid not in _FORMAT_NAMES or vid not in _FORMAT_NAMES:
         raise CodecError(f"KV payload uses unknown formats {kid}/{vid}")
+    kf = FORMATS.get(_FORMAT_NAMES[kid])
+    tiles_ok = ver >= 2 and kf is not None and kf.block == kf.group
+    if flags & ~FLAGS or (flags & TILED_K and not tiles_ok):
+        raise CodecError(f"KV payload has flags {flags:#x} this cascade does not understand")
     body = _HEAD.size + meta_len
     if buf.nbytes < body:
         raise CodecError("KV payload truncated")
@@ -250,7 +257,7 @@ def decode(
 ) -> U8:
     """Rebuild a ready-to-restore blob into `out` (or a new array); returns the filled view.
 
-    With `at`, the chunk is rebuilt already moved so that its first cell sits at position `at`
+    With `at`, the chunk is rebuilt already moved so that its lowest position becomes `at`
     (keys re-roped with `rope` while they are still f32 — cheaper than shifting afterwards).
     """
     buf = kvblob.as_u8(payload)
@@ -261,7 +268,7 @@ def decode(
         out = np.empty(size, dtype=np.uint8)
     if out.nbytes < size:
         raise CodecError(f"output buffer too small: {out.nbytes} < {size}")
-    delta = 0 if at is None or hdr.n_cells == 0 else at - int(hdr.positions[0])
+    delta = 0 if at is None or hdr.n_cells == 0 else at - int(hdr.positions.min())
     move: Move | None = None
     if delta:
         if rope is None or hdr.n_embd_k % rope.head_dim:

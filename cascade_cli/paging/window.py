@@ -67,7 +67,7 @@ class Window:
         hdr = kvblob.header(blob)
         n = hdr.n_cells
         self._check(n)
-        delta = self.end - int(hdr.positions[0]) if n else 0
+        delta = self.end - int(hdr.positions.min()) if n else 0
         if delta and self.rope is not None:
             src = kvblob.as_u8(blob)
             if self._buf.nbytes < src.nbytes:

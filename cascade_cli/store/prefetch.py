@@ -69,15 +69,17 @@ class Pager:
         self._saving: dict[str, Future[ChunkMeta]] = {}
         self._errors: list[BaseException] = []
         self._backlog: list[tuple[str, int | None]] = []
+        self._ready: set[str] = set()  # loaded into RAM by a prefetch, not yet taken
 
     # ---- reads -------------------------------------------------------------------------------
 
     def prefetch(self, keys: Iterable[str], at: Mapping[str, int] | None = None) -> int:
         """Start loading the chunks ``keys`` will need next (in that order); returns how many
         loads were started now. Keys already in RAM or in flight are skipped; finished loads of
-        keys no longer wanted are dropped. At most ``max_prefetch`` loads are held at once; the
-        rest wait in a backlog that refills as states are taken (replaced by the next call).
-        ``at`` maps keys to the position their first cell should be decoded at.
+        keys no longer wanted are dropped. At most ``max_prefetch`` states are in flight or loaded
+        and not yet taken; the rest wait in a backlog that refills as ``get`` takes states
+        (replaced by the next call).
+        ``at`` maps keys to the position their chunk should start at once decoded.
         """
         wanted = list(dict.fromkeys(keys))
         targets = dict(at or {})
@@ -85,6 +87,7 @@ class Pager:
             keep = set(wanted)
             for key in [k for k, f in self._reading.items() if f.done() and k not in keep]:
                 del self._reading[key]
+            self._ready &= keep
             self._backlog = [(k, targets.get(k)) for k in wanted]
             fresh = self._refill()
         if len(fresh) > 1:
@@ -93,9 +96,10 @@ class Pager:
         return len(fresh)
 
     def _refill(self) -> list[str]:
-        """Start backlog loads up to ``max_prefetch`` in flight (caller holds the lock)."""
+        """Start backlog loads while fewer than ``max_prefetch`` are in flight or loaded and not
+        yet taken (caller holds the lock), so read-ahead never outruns the consumer."""
         started: list[str] = []
-        while self._backlog and len(self._reading) < self.max_prefetch:
+        while self._backlog and len(self._reading) + len(self._ready) < self.max_prefetch:
             key, at = self._backlog.pop(0)
             if key in self._reading or key in self.ram:
                 continue
@@ -112,6 +116,7 @@ class Pager:
         from RAM or a prefetch are as they were decoded — callers read positions from them."""
         with self._lock:
             fut = self._reading.pop(key, None)
+            self._ready.discard(key)
             self._backlog = [(k, a) for k, a in self._backlog if k != key]
             self._refill()
         if fut is not None:
@@ -137,12 +142,13 @@ class Pager:
         with self._lock:
             if self._reading.get(key) is fut:
                 del self._reading[key]
-                self._refill()
+                self._ready.add(key)
 
     def cancel(self) -> None:
         """Forget every prefetch not yet consumed (running ones finish and fill RAM)."""
         with self._lock:
             self._backlog.clear()
+            self._ready.clear()
             for fut in self._reading.values():
                 fut.cancel()
             self._reading.clear()

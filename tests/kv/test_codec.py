@@ -134,3 +134,17 @@ def test_tiled_keys_decode_like_the_untiled_layout(n_cells: int, v_trans: bool) 
         assert len(new) == len(old)
         assert bytes(kv.decode(new)) == bytes(kv.decode(old))
         assert bytes(kv.decode(new, native_kernels=False)) == bytes(kv.decode(new))
+
+
+def test_versions_and_flags_are_checked() -> None:
+    """Tiled payloads say version 2 (older readers refuse them); unknown flags are refused."""
+    blob = make_blob(40)
+    tiled = kv.encode(blob, "q4")
+    assert tiled[4] == 2 and kv.info(tiled).flags & TILED_K
+    assert kv.encode(blob, "q2")[4] == 1  # q3_K keys cannot be tiled: version 1 as before
+    flags_at = 7  # magic(4) version scheme kfmt vfmt flags
+    for bad in (tiled[:flags_at] + bytes([tiled[flags_at] | 0x40]) + tiled[flags_at + 1 :],
+                tiled[:4] + bytes([1]) + tiled[5:],  # tiles claimed by a version-1 payload
+                tiled[:4] + bytes([3]) + tiled[5:]):  # fmt: skip
+        with pytest.raises(CodecError):
+            kv.decode(bad)

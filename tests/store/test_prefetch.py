@@ -173,14 +173,20 @@ def test_prefetch_backlog_refills_beyond_the_limit(tmp_path: Path) -> None:
         loads.append(threading.current_thread().name)
         return decode(payload)
 
-    with (
-        DiskStore.open(tmp_path, "fp") as disk,
-        Pager(disk, RamCache(0, disk.stats), encode, decode_logged, max_prefetch=2) as pager,
-    ):
-        for i in range(7):
-            pager.save(cm(i), blob(i))
-        pager.flush()
-        assert pager.prefetch([f"d:{i}" for i in range(7)]) == 2
-        for i in range(7):
-            assert np.array_equal(pager.get(f"d:{i}"), blob(i))
-    assert len(loads) == 7 and all(name.startswith("cascade-read") for name in loads)
+    for ram_bytes in (0, 10**7):  # states kept by their futures, or moved into RAM
+        loads.clear()
+        with (
+            DiskStore.open(tmp_path / str(ram_bytes), "fp") as disk,
+            Pager(
+                disk, RamCache(ram_bytes, disk.stats), encode, decode_logged, max_prefetch=2
+            ) as pager,
+        ):
+            for i in range(7):
+                pager.save(cm(i), blob(i))
+            pager.flush()
+            assert pager.prefetch([f"d:{i}" for i in range(7)]) == 2
+            time.sleep(0.3)
+            assert len(loads) == 2  # read-ahead waits for the consumer
+            for i in range(7):
+                assert np.array_equal(pager.get(f"d:{i}"), blob(i))
+        assert len(loads) == 7 and all(name.startswith("cascade-read") for name in loads)
