@@ -9,6 +9,7 @@ from pathlib import Path
 from types import TracebackType
 
 from cascade_cli.engine._llama import ensure_backend, ll
+from cascade_cli.engine.gguf import tensor_names
 from cascade_cli.errors import EngineError, ModelError
 from cascade_cli.kv.rope import Rope
 
@@ -96,11 +97,19 @@ class Model:
 
     @property
     def rope_exact(self) -> bool:
-        """Whether `rope()` reproduces llama.cpp's rotation exactly (plain or linearly scaled
-        NORM/NEOX; not YaRN, LongRoPE or M-RoPE), so cascade may shift stored keys itself."""
+        """Whether `rope()` reproduces llama.cpp's rotation exactly, so cascade may move stored
+        keys itself: plain or linearly scaled NORM/NEOX RoPE, the same on every layer, without
+        per-frequency factors. Anything else (YaRN, LongRoPE, Llama 3's rope_freqs, M-RoPE,
+        sliding-window layers with their own base) is left to llama.cpp's seq_add."""
         arch = self.meta("general.architecture") or ""
         scaling = self.meta(f"{arch}.rope.scaling.type") or "none"
-        return self.rope_type in (0, 2) and scaling in ("none", "linear")
+        if self.rope_type not in (0, 2) or scaling not in ("none", "linear"):
+            return False
+        per_layer = ("attention.sliding_window", "rope.freq_base_swa", "rope.dimension_sections")
+        if any(self.meta(f"{arch}.{key}") is not None for key in per_layer):
+            return False
+        names = tensor_names(self.path)
+        return names is not None and not any(n.startswith("rope_") for n in names)
 
     def rope(self) -> Rope:
         """The model's RoPE parameters (approximate unless `rope_exact`)."""
