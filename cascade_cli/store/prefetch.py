@@ -118,7 +118,9 @@ class Pager:
             fut = self._reading.pop(key, None)
             self._ready.discard(key)
             self._backlog = [(k, a) for k, a in self._backlog if k != key]
-            self._refill()
+            started = self._refill()
+        if started:
+            self.disk.advise(started)
         if fut is not None:
             return fut.result()[0]
         state = self.ram.get(key)
