@@ -9,7 +9,7 @@ from typing import Any
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ContextFullError, CorruptChunkError
+from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
@@ -102,7 +102,13 @@ def ask(
     win = Window(ctx, window)  # empties the window and scratch before recall uses scratch
     chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve, neighbors)
     keys = [doc.chunk_key(i) for i in chosen]
-    metas = [lib.disk.meta(k) for k in keys]
+    try:
+        metas = [lib.disk.meta(k) for k in keys]
+    except NotFoundError as exc:  # the store dropped the row of a lost file when it was opened
+        raise NotFoundError(
+            f"'{doc.name}' is missing chunks in the store ({exc.message})",
+            f"Run `cascade ingest {doc.path}` again: it recomputes the missing chunks.",
+        ) from None
     warm = {k for k in keys if k in lib.ram}
     prefix = frame(ctx.model).prefix
     at = {}  # where each chunk will sit: decoded there directly, not shifted afterwards

@@ -100,3 +100,17 @@ def test_fingerprint_error_names_different_models(shared_home: Path) -> None:
     proc = cli(["ask", "x", "What?", "--flash-attn", "on"], shared_home)
     assert proc.returncode == 5
     assert "stored …off, loaded …on" in proc.stderr, proc.stderr
+
+
+def test_lost_chunk_files_name_the_fix_and_ingest_recomputes_them(home: Path) -> None:
+    """Data files deleted behind the store's back: the store drops their rows on open, `ask`
+    says which document lost chunks and how to get them back, and a new ingest restores them."""
+    src = write_text(home / "lost.txt", 3000)
+    ingest(home, src, "lost")
+    for f in (home / "store" / "data").rglob("*.kv"):
+        f.unlink()
+    proc = cli(["ask", "lost", "What is this?", "--gpu-cache-size", "512"], home)
+    assert_one_line_error(proc, "'lost' is missing chunks in the store")
+    assert proc.returncode == 5 and "cascade ingest" in proc.stderr
+    ingest(home, src, "lost")
+    check_answer_shape(ask_json(home, "lost", "What is this?"), home, "lost")
