@@ -4,9 +4,10 @@ Chunks enter through a scratch sequence — restoring a state clears its target 
 chunk is restored into scratch, shifted to the window's end, then shared into the window with
 seq_cp; copied cells are shared, so scratch is emptied before anything else is shifted.
 
-The shift is done on a copy of the blob (kv.rope: positions rewritten, keys re-roped) when the
-model's RoPE can be reproduced exactly; llama.cpp's own seq_add re-ropes every cell of the
-cache on the next decode, a fixed cost that dominated a one-chunk `ask` (see kv.rope).
+Chunks the pager decoded at their target position need no shift. Others (e.g. a RAM-tier state
+at older positions) are moved on a copy (kv.rope: positions rewritten, keys re-roped) when the
+model's RoPE can be reproduced exactly; llama.cpp's own seq_add, the fallback, re-ropes every
+cell of the cache on the next decode, a fixed cost that dominated a one-chunk `ask`.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ import numpy as np
 
 from cascade_cli.errors import CorruptChunkError, NotFoundError, StoreError
 from cascade_cli.store import repair as _repair
+from cascade_cli.store.budget import lru_victims
 from cascade_cli.store.files import (
     crash_point,
     fsync_dir,
@@ -247,16 +248,7 @@ class DiskStore:
             total = self.total_bytes()
             if total <= self.budget:
                 return
-            victims: list[str] = []
-            for key, n in self._conn.execute(
-                "SELECT key, nbytes FROM chunks WHERE pinned = 0 AND key != ? "
-                "ORDER BY accessed, created",
-                (keep,),
-            ):
-                if total <= self.budget:
-                    break
-                victims.append(key)
-                total -= n
+            victims = lru_victims(self._conn, total - self.budget, keep)
             for i in range(0, len(victims), 500):
                 batch = victims[i : i + 500]
                 self._delete(f"key IN ({','.join('?' * len(batch))})", tuple(batch))
@@ -295,10 +287,10 @@ class DiskStore:
     def advise(self, keys: list[str]) -> None:
         """Start the kernel reading these chunks' files, so reads queued behind decoding find
         them in the page cache."""
-        for key in keys:
-            rows = self._rows("SELECT file FROM chunks WHERE key = ?", (key,))
-            if rows:
-                will_need(self._file(rows[0][0]))
+        if keys:
+            marks = ",".join("?" * len(keys))
+            for (name,) in self._rows(f"SELECT file FROM chunks WHERE key IN ({marks})", (*keys,)):
+                will_need(self._file(name))
 
     def get(self, key: str) -> bytes:
         """The verified payload of ``key``; CorruptChunkError if its bytes are bad or gone."""

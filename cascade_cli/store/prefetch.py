@@ -1,7 +1,8 @@
 """Read-ahead and write-back between the disk tier and the RAM tier, on small thread pools.
 
 The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the codec's own
-``encode``) and ``decode(payload) -> state`` (e.g. ``codec.decode``).
+``encode``) and ``decode(payload[, at]) -> state`` (e.g. ``codec.decode`` with the model's RoPE;
+``at`` asks for the state moved so that its chunk starts at that position).
 """
 
 from __future__ import annotations
