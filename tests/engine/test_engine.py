@@ -2,12 +2,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from cascade_cli.engine import GGML_TYPE_Q8_0, Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import ContextFullError
+from tests.kl import kl
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 
@@ -16,17 +16,6 @@ def _text() -> str:
     if TEXT.exists():
         return TEXT.read_text()
     return Path(__file__).read_text() * 20
-
-
-def kl(p_logits: npt.NDArray[np.float32], q_logits: npt.NDArray[np.float32]) -> float:
-    """Mean KL(p || q) over rows of logits."""
-    p = p_logits.astype(np.float64)
-    q = q_logits.astype(np.float64)
-    p = np.exp(p - p.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    lq = q - q.max(axis=-1, keepdims=True)
-    lq -= np.log(np.exp(lq).sum(axis=-1, keepdims=True))
-    return float(np.mean(np.sum(p * (np.log(p + 1e-300) - lq), axis=-1)))
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,7 @@ import pytest
 from cascade_cli import kv
 from cascade_cli.errors import CodecError
 from cascade_cli.kv.rope import Rope, rotation, shift_into, unrotate
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    m = x.max(1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(1, keepdims=True))
-
-
-def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
-    lp, lq = _log_softmax(p_logits), _log_softmax(q_logits)
-    return float((np.exp(lp) * (lp - lq)).sum(1).mean())
+from tests.kl import kl
 
 
 @pytest.mark.parametrize("flash", ["off", "on"])
@@ -52,8 +43,8 @@ def test_shift_matches_llama_seq_add(model: object, tokens: list[int], flash: st
         a, b = k_ours.astype(np.float32), k_theirs[: len(chunk)].astype(np.float32)
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)  # one f16 ulp at most
         assert np.count_nonzero(a != b) < 0.02 * a.size
-    floor = _kl(direct, theirs)
-    assert _kl(direct, ours) < max(1e-3, 1.5 * floor)
+    floor = kl(direct, theirs)
+    assert kl(direct, ours) < max(1e-3, 1.5 * floor)
     assert np.array_equal(theirs.argmax(1), ours.argmax(1))
 
 
