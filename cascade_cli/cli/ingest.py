@@ -114,7 +114,16 @@ def ingest_cmd(
         for path in files:
             doc_name = name or path.stem
             with _LazyBar(doc_name, cfg.block_size) as update:
-                doc = ingest(ctx, lib, path, doc_name, encoding, update, named=name is not None)
+                doc = ingest(
+                    ctx,
+                    lib,
+                    path,
+                    doc_name,
+                    encoding,
+                    update,
+                    named=name is not None,
+                    notice=lambda text: err.print(f"[dim]{text}[/dim]"),
+                )
             out.print(
                 f"ingested [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "
                 f"{doc.chunks} chunks, {doc.scheme}"

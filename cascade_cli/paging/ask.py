@@ -22,7 +22,7 @@ Notice = Callable[[str], None]
 ORDER = "relevance"
 
 
-def _quiet(message: str) -> None:
+def quiet(message: str) -> None:
     return None
 
 
@@ -38,7 +38,7 @@ class AskResult:
 
 
 def ensure_indexed(
-    ctx: Context, lib: Library, doc: catalog.Document, notice: Notice = _quiet
+    ctx: Context, lib: Library, doc: catalog.Document, notice: Notice = quiet
 ) -> None:
     """Give a document ingested before passage recall (or whose recall rows a crash lost) its
     passages, from the chunks' stored token ids, and embed what is not embedded — saying so."""
@@ -133,7 +133,7 @@ def ask(
     order: str = ORDER,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
-    notice: Notice = _quiet,
+    notice: Notice = quiet,
 ) -> Iterator[str]:
     """Stream the answer; `result` is filled with chunks and timings as it goes.
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from cascade_cli.engine import Context
 from cascade_cli.errors import InputError
 from cascade_cli.paging import catalog
+from cascade_cli.paging.ask import Notice, ensure_indexed, quiet
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.sliding import SlidingWriter
@@ -162,6 +163,7 @@ def ingest(
     encoding: str,
     progress: Progress,
     named: bool = True,
+    notice: Notice = quiet,
 ) -> catalog.Document:
     """Ingest one file (resuming if possible); older versions are dropped only after success."""
     cfg = lib.settings
@@ -175,7 +177,8 @@ def ingest(
         )
     catalog.sweep(lib.disk)
     doc, finished = start_version(lib, path, sha, name, limit, len(fr.prefix), named)
-    if finished:
+    if finished:  # nothing to decode; a store from before passage recall gets its passages
+        ensure_indexed(ctx, lib, doc, notice)
         return doc
     writer = SlidingWriter(ctx, lib, doc)
     done = _committed(lib, doc)
