@@ -266,46 +266,45 @@ def main() -> None:
         for stale in catalog.documents(lib.conn, include_partial=True):
             if stale.name.startswith("trial-"):
                 lib.remove(stale)
-        n = 0
         base = base_document(ctx, lib, args.text, int(max(args.lengths) * args.window))
         if args.reindex:
             lib.recall.forget(base.owner)
             ensure_indexed(ctx, lib, base, print)
-        for li, times in enumerate(args.lengths):
+        plan: list[tuple[str, float, float]] = []  # task, depth, length; single needles first
+        for times in args.lengths:
+            for name in ("niah", "paraphrase"):
+                if name in args.tasks:
+                    plan += [
+                        (name, (i + rng.random()) / args.depths, times) for i in range(args.depths)
+                    ]
+        for name in args.tasks:
+            if name.startswith("multi"):
+                plan += [(name, 0.0, args.lengths[0])] * args.trials
+        for n, (name, depth, times) in enumerate(plan):
             n_chunks = int(times * args.window) // args.block
-            plan: list[tuple[str, float]] = []
-            for name in args.tasks:
-                if name in ("niah", "paraphrase"):
-                    plan += [(name, (i + rng.random()) / args.depths) for i in range(args.depths)]
-                elif li == 0:
-                    plan += [(name, 0.0)] * args.trials
-            for name, depth in plan:
-                task = TASKS[name](rng, depth, args.topic)
-                doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
-                window = args.ruler_window if name.startswith("multi") else ask_window
-                row = []
-                for label, question, values in task.questions:
-                    res = AskResult(doc=doc.name)
-                    answer = "".join(
-                        ask(ctx, lib, doc, question, res, window=window, max_tokens=64)
-                    )
-                    ok = all(v.lower() in answer.lower() for v in values)
-                    got = {c["index"] for c in res.chunks}
-                    rec = all(any(c in got for c in cs) for cs in needle_chunks)
-                    key = f"{label}@{times:g}x" if label == "niah" else label
-                    scores.setdefault(key, []).append(int(ok))
-                    recalls.setdefault(key, []).append(int(rec))
-                    recall_s.append(res.timings["recall_s"])
-                    ttft.append(res.timings["ttft_s"])
-                    row.append(f"{label}:{'Y' if ok else 'n'}{'r' if rec else '-'}")
-                    if out:
-                        out.write(json.dumps({"task": key, "depth": depth, "ok": ok, "recalled": rec,
+            task = TASKS[name](rng, depth, args.topic)
+            doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
+            window = args.ruler_window if name.startswith("multi") else ask_window
+            row = []
+            for label, question, values in task.questions:
+                res = AskResult(doc=doc.name)
+                answer = "".join(ask(ctx, lib, doc, question, res, window=window, max_tokens=64))
+                ok = all(v.lower() in answer.lower() for v in values)
+                got = {c["index"] for c in res.chunks}
+                rec = all(any(c in got for c in cs) for cs in needle_chunks)
+                key = f"{label}@{times:g}x" if label == "niah" else label
+                scores.setdefault(key, []).append(int(ok))
+                recalls.setdefault(key, []).append(int(rec))
+                recall_s.append(res.timings["recall_s"])
+                ttft.append(res.timings["ttft_s"])
+                row.append(f"{label}:{'Y' if ok else 'n'}{'r' if rec else '-'}")
+                if out:
+                    out.write(json.dumps({"task": key, "depth": depth, "ok": ok, "recalled": rec,
                                               "needle_chunks": needle_chunks, "chunks": sorted(got),
                                               "answer": answer, "values": values, **res.timings}) + "\n")  # fmt: skip
-                        out.flush()
-                print(f"{n:3d} {name} depth {depth:.2f} {times:g}x: {' '.join(row)}", flush=True)
-                lib.remove(doc)
-                n += 1
+                    out.flush()
+            print(f"{n:3d} {name} depth {depth:.2f} {times:g}x: {' '.join(row)}", flush=True)
+            lib.remove(doc)
     print(f"\ntext {args.text.name}, ingest window {args.window}, ask window {ask_window} "
           f"(RULER {args.ruler_window}), block {args.block}, q4, hybrid recall")  # fmt: skip
     print("| task | answered | needle chunk(s) recalled |")
