@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from cascade_cli.errors import InputError
 from cascade_cli.recall import index, lexical, semantic
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.select import Hit, fuse
@@ -65,8 +66,19 @@ class Recall:
     def preload(self) -> None:
         """Start loading the embedding model in the background (ask calls this first)."""
         with self._lock:
-            if self._factory is not None and self._embedder is None and self._loading is None:
-                self._loading = ThreadPoolExecutor(1).submit(self._factory)
+            if self._factory is None or self._embedder is not None or self._loading is not None:
+                return
+            future: Future[Embeds] = Future()
+            self._loading = future
+            factory = self._factory
+
+        def load() -> None:
+            try:
+                future.set_result(factory())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=load, name="cascade-embed-load", daemon=True).start()
 
     def embedder(self) -> Embeds | None:
         """The embedding model, loaded on first use; None when none is configured."""
@@ -157,6 +169,11 @@ class Recall:
                 found = [h for o in owners for h in lexical.search(self.disk.conn, o, query, limit)]
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
         t1 = time.perf_counter()
+        if mode == "semantic" and not self.semantic:
+            raise InputError(
+                "semantic recall needs an embedding model",
+                "Pass --embed-model (e.g. minilm-l6) or use --recall bm25.",
+            )
         if mode in ("hybrid", "semantic") and self.semantic:
             emb = self.embedder()
             assert emb is not None

@@ -66,6 +66,7 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     timings = data["timings"]
     assert set(timings) >= {
         "ttft_s",
+        "recall_s",
         "restore_s",
         "restored_tokens",
         "prefill_tokens",
@@ -76,7 +77,9 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     chunks = data["chunks"]
     assert chunks, "no chunk was paged in"
     idx = [c["index"] for c in chunks]
-    assert idx == sorted(set(idx))
+    assert len(idx) == len(set(idx))  # distinct; runs of adjacent chunks in document order
+    for a, b in zip(idx, idx[1:], strict=False):
+        assert b != a - 1
     for c in chunks:
         assert {"index", "tokens", "tier"} <= set(c)
         assert c["tier"] in ("ram", "disk", "recomputed")
@@ -86,4 +89,5 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     assert 0 < timings["gen_tokens"] <= 16
     assert timings["prefill_tokens"] > 0
     assert 0 < timings["restore_s"] <= timings["ttft_s"]
+    assert 0 <= timings["recall_s"] <= timings["ttft_s"]
     assert timings["tokens_per_s"] >= 0

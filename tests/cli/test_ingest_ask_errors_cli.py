@@ -57,6 +57,8 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("ask-unknown", lambda h: ["ask", "nosuchdoc", "What?"], 5, "no ingested document named 'nosuchdoc'"),
     ("recall", lambda h: ["ask", "x", "What?", "--recall", "nonsense"], 2, "unknown recall 'nonsense'"),
     ("empty-question", lambda h: ["ask", "x", "   "], 2, "the question is empty"),
+    ("semantic-without-embedder", lambda h: ["ask", "x", "What?", "--recall", "semantic", "--embed-model", "none"], 2, "semantic recall needs an embedding model"),
+    ("embed-model-missing", lambda h: ["ask", "x", "What?", "--embed-model", str(h / "no.gguf")], 3, "no.gguf"),
     ("fingerprint-ingest", lambda h: ["ingest", str(h / "x.txt"), "--name", "x", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
     ("fingerprint-ask", lambda h: ["ask", "x", "What?", "--flash-attn", "on"], 5, "holds KV states made with another model"),
     ("reingest-other-name-flash", lambda h: ["ingest", str(h / "x.txt"), "--name", "y", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
