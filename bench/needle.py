@@ -32,6 +32,7 @@ from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
 from cascade_cli.paging.sliding import SlidingWriter  # noqa: E402
 from cascade_cli.paging.window import Window  # noqa: E402
+from cascade_cli.samples import PERSUASION  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 
 MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -47,7 +48,7 @@ RUNS = [("bm25", DIRECT, 1, 0), ("keys", DIRECT, 1, 0), ("hybrid", DIRECT, 1, 0)
 def default_text() -> Path:
     data = ROOT / "bench" / "data"
     found = sorted(data.glob("*.txt")) if data.is_dir() else []
-    return found[0] if found else Path("/usr/share/common-licenses/GPL-3")
+    return found[0] if found else PERSUASION
 
 
 def base_document(ctx: Context, lib: Library, text: Path, n_tokens: int) -> catalog.Document:
