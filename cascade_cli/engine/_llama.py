@@ -11,7 +11,7 @@ import llama_cpp as ll
 from llama_cpp import _logger  # noqa: F401  (installs llama.cpp's log callback)
 from llama_cpp import llama_cpp as _raw
 
-__all__ = ["ensure_backend", "init_penalties", "ll", "set_verbose"]
+__all__ = ["ensure_backend", "init_penalties", "ll", "llama_version", "set_verbose"]
 
 #: llama.h: ``llama_sampler_init_penalties(int32_t penalty_last_n, float penalty_repeat,
 #: float penalty_freq, float penalty_present)``. The 0.3.36 binding still declares an extra
@@ -48,3 +48,8 @@ def ensure_backend() -> None:
 
 
 set_verbose(False)
+
+
+def llama_version() -> str:
+    """The llama-cpp-python release, which pins the llama.cpp that writes our KV states."""
+    return str(ll.__version__)

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cascade_cli.engine import Context
-from cascade_cli.errors import InputError
+from cascade_cli.errors import CorruptChunkError, InputError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sliding import SlidingWriter
 from cascade_cli.recall.keys import summarize
 from cascade_cli.store import ChunkMeta
+from cascade_cli.store.files import crash_point
 
 _PIECE = 16_384  # characters tokenized at a time (split at paragraph boundaries)
 
@@ -57,8 +59,11 @@ def read_text(path: Path, encoding: str = "utf-8") -> tuple[str, str]:
         raise InputError(f"{path} is a directory", "Pass a text file.") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None
-    if b"\x00" in data[:65536]:
-        raise InputError(f"{path} looks like a binary file", "Pass plain text or Markdown.")
+    if b"\x00" in data:
+        raise InputError(
+            f"{path} looks like a binary file (it contains NUL bytes)",
+            "Pass plain text or Markdown.",
+        )
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -160,7 +165,11 @@ def _reindex(
 ) -> None:
     """Index a committed chunk whose text/summary rows were lost to a crash between commits."""
     text = writer.ctx.model.detokenize(meta.tokens.tolist())
-    summary = summarize(lib.pager.get(meta.key), writer.rope)
+    try:
+        state = lib.pager.get(meta.key)
+    except CorruptChunkError:  # damaged too: recompute it where it was made (and save it)
+        state = recompute(writer.ctx, lib, doc, meta)
+    summary = summarize(state, writer.rope)
     with lib.disk.transaction() as conn:
         catalog.add_chunk_text(conn, doc, meta.index, text, chars, chars + len(text), replace=True)
         catalog.add_summary(conn, doc, meta.index, summary)
@@ -189,6 +198,7 @@ def ingest(
     doc, finished = start_version(lib, path, sha, name, limit, len(fr.prefix), named)
     if finished:
         return doc
+    lib.disk.set_pinned(doc.owner, True)  # the disk budget never evicts an unfinished ingest
     writer = SlidingWriter(ctx, lib, doc)
     done = _committed(lib, doc)
     with lib.disk.transaction() as conn:
@@ -221,8 +231,11 @@ def ingest(
             )
         )
     lib.pager.flush()
+    crash_point("ingest_before_finish")
     with lib.disk.transaction() as conn:
         catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)
+    crash_point("ingest_after_finish")
+    lib.disk.set_pinned(doc.owner, False)  # finished: the disk budget may evict it (LRU)
     catalog.sweep(lib.disk)  # drops the versions this one replaces
     return catalog.by_id(lib.disk.conn, doc.id)

@@ -98,6 +98,7 @@ class DiskStore(ChunkReader):
         mode: Mode | None = None,
         layout: Layout | None = None,
         verify: Literal["size", "full"] = "size",
+        repair: bool = True,
     ) -> DiskStore:
         """Open (creating if needed) the store at ``path`` and repair it.
 
@@ -109,6 +110,8 @@ class DiskStore(ChunkReader):
         no lock and never repairs, and saves a chunk only if it can take the lock at once;
         ``readonly`` (or ``readonly=True``) never writes. Both work beside a running writer.
         ``verify="full"`` also checksums every payload on open (slow on big stores).
+        ``repair=False`` (for `cascade verify --repair`, which recomputes damaged chunks from their
+        rows' token ids) leaves rows with missing or short files in place.
         """
         root = Path(path).expanduser()
         mode = mode or ("readonly" if readonly else "write")
@@ -121,7 +124,8 @@ class DiskStore(ChunkReader):
         try:
             store = cls(root, conn, lock, fingerprint, budget, mode)
             make_dir(root / DATA)
-            store.repair_report = _repair.repair(conn, root / DATA, full=verify == "full")
+            if repair:
+                store.repair_report = _repair.repair(conn, root / DATA, full=verify == "full")
             if budget:
                 store._evict(keep="")
         except BaseException:
