@@ -18,7 +18,7 @@ from cascade_cli.paging import catalog
 from cascade_cli.paging import verify as fsck
 from cascade_cli.paging.library import Library
 from cascade_cli.store import DiskStore
-from cascade_cli.store.index import LOCK
+from cascade_cli.store.index import LOCK, writable
 from cascade_cli.store.lock import StoreLock
 
 
@@ -31,8 +31,10 @@ def _check(cfg: Settings, doc: str | None) -> fsck.Report:
             require_document(cfg, doc)
         return fsck.Report(str(cfg.disk_cache_path), notes=["no store yet"])
     with store:
+        if not writable(store.path):  # read-only media: no writer can be mid-save
+            return fsck.check(store, doc, files=True)
         try:
-            lock: StoreLock | None = StoreLock.acquire(cfg.disk_cache_path / LOCK, timeout=0)
+            lock: StoreLock | None = StoreLock.acquire(store.path / LOCK, timeout=0)
         except StoreLockedError:
             lock = None
         try:

@@ -132,9 +132,11 @@ def ask(
     keys = [doc.chunk_key(i) for i in chosen]
     try:
         metas = [lib.disk.meta(k) for k in keys]
-    except NotFoundError as exc:  # the store dropped the row of a lost file when it was opened
+    except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
+        gone = set(keys) & lib.disk.evicted(doc.owner)
+        why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
         raise NotFoundError(
-            f"'{doc.name}' is missing chunks in the store ({exc.message})",
+            f"'{doc.name}' is missing chunks in the store ({why})",
             f"Run `cascade ingest {doc.path}` again: it recomputes the missing chunks.",
         ) from None
     warm = {k for k in keys if k in lib.ram}

@@ -232,10 +232,12 @@ def ingest(
         )
     lib.pager.flush()
     crash_point("ingest_before_finish")
+    # evictable once finished (LRU under a disk budget); unpinned first, so a crash between
+    # the two leaves an unfinished document that the next run pins again, never a pinned one
+    lib.disk.set_pinned(doc.owner, False)
     with lib.disk.transaction() as conn:
         catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)
     crash_point("ingest_after_finish")
-    lib.disk.set_pinned(doc.owner, False)  # finished: the disk budget may evict it (LRU)
     catalog.sweep(lib.disk)  # drops the versions this one replaces
     return catalog.by_id(lib.disk.conn, doc.id)

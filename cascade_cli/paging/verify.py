@@ -96,10 +96,17 @@ def payload_problem(meta: ChunkMeta, payload: bytes) -> str | None:
     return None
 
 
-def _doc_findings(store: DiskStore, doc: catalog.Document) -> list[Finding]:
+def _doc_findings(store: DiskStore, doc: catalog.Document, notes: list[str]) -> list[Finding]:
     metas = store.chunks(doc.owner)
     out: list[Finding] = []
     have = {m.index for m in metas}
+    evicted = {i for i in range(doc.chunks) if doc.chunk_key(i) in store.evicted(doc.owner)}
+    if evicted:
+        notes.append(
+            f"'{doc.name}': {len(evicted)} chunk(s) evicted by the disk budget "
+            f"(`cascade ingest {doc.path}` recomputes them)"
+        )
+    have |= evicted
     missing = sorted(set(range(doc.chunks)) - have)
     if missing:
         out.append(
@@ -110,10 +117,10 @@ def _doc_findings(store: DiskStore, doc: catalog.Document) -> list[Finding]:
         out.append(Finding("doc_chunks", f"chunk(s) {_span(extra)} beyond its end", doc=doc.name))
     end = 0
     for m in metas:
-        if m.start != end and m.index - 1 in have:
+        if m.start != end and m.index - 1 in have and m.index - 1 not in evicted:
             out.append(Finding("doc_tokens", f"chunk {m.index} starts at token {m.start}, not {end}", doc=doc.name))  # fmt: skip
         end = m.end
-    if not missing and not extra and end != doc.tokens:
+    if not missing and not extra and doc.chunks - 1 not in evicted and end != doc.tokens:
         out.append(Finding("doc_tokens", f"chunks end at token {end}, not {doc.tokens}", doc=doc.name))  # fmt: skip
     rows = store.conn.execute("SELECT idx FROM chunk_text WHERE doc_id = ?", (doc.id,))
     no_text = sorted(set(range(doc.chunks)) - {int(i) for (i,) in rows.fetchall()})
@@ -145,7 +152,7 @@ def check(store: DiskStore, ref: str | None = None, *, files: bool = True) -> Re
             report.notes.append(f"'{doc.name}' v{doc.version}: unfinished ingest (rerun it)")
             continue
         report.documents += 1
-        report.damaged += _doc_findings(store, doc)
+        report.damaged += _doc_findings(store, doc, report.notes)
     if ref is None:
         for owner in store.owners():
             if owner.startswith("doc:") and owner not in names:

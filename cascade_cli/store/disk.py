@@ -41,7 +41,7 @@ from cascade_cli.store.files import (
     make_dir,
     write_durable,
 )
-from cascade_cli.store.index import COLUMNS, LOCK, Layout, open_index, row_values
+from cascade_cli.store.index import COLUMNS, LOCK, Layout, open_index, row_values, writable
 from cascade_cli.store.lock import StoreLock
 from cascade_cli.store.reads import ChunkReader, checksum
 from cascade_cli.store.records import ChunkMeta, RepairReport
@@ -115,6 +115,8 @@ class DiskStore(ChunkReader):
         """
         root = Path(path).expanduser()
         mode = mode or ("readonly" if readonly else "write")
+        if mode == "shared" and root.is_dir() and not writable(root):
+            mode = "readonly"  # read-only media: a reader still reads, and writes nothing
         conn, lock, fingerprint = open_index(
             root, fingerprint, mode=mode, timeout=timeout, layout=layout
         )
@@ -216,6 +218,7 @@ class DiskStore(ChunkReader):
                         "SELECT file, nbytes, pinned FROM chunks WHERE key = ?", (rec.key,)
                     ).fetchone()
                     crash_point("inside_commit")
+                    conn.execute("DELETE FROM evicted WHERE key = ?", (rec.key,))
                     conn.execute(
                         f"INSERT OR REPLACE INTO chunks ({COLUMNS}, file) VALUES "
                         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -254,20 +257,26 @@ class DiskStore(ChunkReader):
         """Remove every chunk of ``owner``; returns bytes freed."""
         return self._delete("owner = ?", (owner,))
 
-    def _delete(self, where: str, args: tuple[str, ...]) -> int:
+    def _delete(self, where: str, args: tuple[str, ...], evicting: bool = False) -> int:
         with self.exclusive():
             with self.transaction() as conn:
                 rows = conn.execute(
-                    f"SELECT key, file, nbytes, pinned FROM chunks WHERE {where}", args
+                    f"SELECT key, file, nbytes, pinned, owner FROM chunks WHERE {where}", args
                 ).fetchall()
                 conn.execute(f"DELETE FROM chunks WHERE {where}", args)
-                for key, _, n, pinned in rows:
+                conn.execute(f"DELETE FROM evicted WHERE {where}", args)
+                if evicting:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO evicted (key, owner, at) VALUES (?, ?, ?)",
+                        [(r[0], r[4], time.time()) for r in rows],
+                    )
+                for key, _, n, pinned, _ in rows:
                     self._touched.pop(key, None)
                     if self._usage is not None:
                         self._usage.add(-n, bool(pinned))
             crash_point("delete_after_commit")
-            self._unlink([f for _, f, _, _ in rows])
-        return sum(n for _, _, n, _ in rows)
+            self._unlink([r[1] for r in rows])
+        return sum(r[2] for r in rows)
 
     def _unlink(self, names: list[str]) -> None:
         dirs: set[Path] = set()
@@ -299,7 +308,7 @@ class DiskStore(ChunkReader):
             for i in range(0, len(victims), 500):
                 batch = victims[i : i + 500]
                 crash_point("mid_eviction")
-                self._delete(f"key IN ({','.join('?' * len(batch))})", tuple(batch))
+                self._delete(f"key IN ({','.join('?' * len(batch))})", tuple(batch), True)
         self._stats.add("disk", "evictions", len(victims))
 
     # ---- lifecycle ---------------------------------------------------------------------------

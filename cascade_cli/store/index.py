@@ -3,6 +3,7 @@ and converting records to and from rows."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -42,16 +43,34 @@ Layout = dict[str, tuple[str, ...]]
 _LABELS = {"llama_cpp": "llama.cpp", "payload_format": "KV payload format"}
 
 
-def connect(root: Path) -> LockedConnection:
+def writable(root: Path) -> bool:
+    """Whether this process may create files in the store (false on read-only media)."""
+    return os.access(root, os.W_OK)
+
+
+READ_ONLY_FIX = "Use a writable --disk-cache-path, or make this one writable; nothing was changed."
+
+
+def connect(root: Path, *, immutable: bool = False) -> LockedConnection:
     """An autocommit connection to the index, usable from any thread (statements are
-    serialised by its ``guard``)."""
+    serialised by its ``guard``). ``immutable``: for a store on read-only media, which no
+    writer can change (SQLite then needs no lock or shared-memory file)."""
+    if immutable:
+        wal = root / (INDEX + "-wal")
+        if wal.exists() and wal.stat().st_size:
+            raise StoreError(
+                f"store {root} is read-only and its last writer did not finish",
+                "Make it writable once (any cascade command completes the write).",
+            )
     try:
+        target = f"file:{root / INDEX}?mode=ro&immutable=1" if immutable else str(root / INDEX)
         conn = sqlite3.connect(
-            root / INDEX,
+            target,
             isolation_level=None,
             check_same_thread=False,
             timeout=30.0,
             factory=LockedConnection,
+            uri=immutable,
         )
         conn.execute("PRAGMA busy_timeout = 30000")
     except sqlite3.Error as exc:
@@ -164,6 +183,8 @@ def open_index(
             make_dir(root)
         except OSError as exc:
             raise StoreError(f"cannot create store {root}: {exc}", RM_FIX) from None
+        if not writable(root):
+            raise StoreError(f"store {root} is read-only", READ_ONLY_FIX)
         lock: StoreLock | None = StoreLock.acquire(root / LOCK, timeout)
     elif not (root / INDEX).exists():
         raise NotFoundError(f"no store at {root}", "Check --disk-cache-path.")
@@ -172,7 +193,7 @@ def open_index(
     conn: sqlite3.Connection | None = None
     try:
         new = not (root / INDEX).exists()
-        conn = connect(root)
+        conn = connect(root, immutable=mode == "readonly" and not writable(root))
         if mode == "readonly":
             conn.execute("PRAGMA query_only = ON")
             if any(ns == "store" for ns, _ in pending(conn)):

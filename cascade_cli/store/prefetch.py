@@ -157,6 +157,14 @@ class Pager:
         ``max_pending`` saves are outstanding. ``cache`` also keeps ``blob`` in RAM as ready.
         """
         self._raise_first()
+        if self.disk.readonly:  # a reader of read-only media: serve the state, store nothing
+            with self._lock:
+                self._gen[meta.key] = self._gen.get(meta.key, 0) + 1
+                if cache:
+                    self.ram.put(meta.key, blob)
+                else:
+                    self.ram.pop(meta.key)
+            return
         self._slots.acquire()
         try:
             with self._lock:

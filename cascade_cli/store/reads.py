@@ -66,6 +66,10 @@ class ChunkReader:
         """Every owner with at least one chunk."""
         return [r[0] for r in self._rows("SELECT DISTINCT owner FROM chunks ORDER BY owner")]
 
+    def evicted(self, owner: str) -> set[str]:
+        """Keys of ``owner`` the disk budget evicted (and nothing has saved again since)."""
+        return {r[0] for r in self._rows("SELECT key FROM evicted WHERE owner = ?", (owner,))}
+
     def total_bytes(self) -> int:
         """Sum of payload sizes."""
         return int(self._rows("SELECT COALESCE(SUM(nbytes), 0) FROM chunks")[0][0])

@@ -18,9 +18,9 @@ from tests.paging.helpers import (
 ASK_SMALL = ["--gpu-cache-size", "512", "--max-tokens", "16"]
 
 
-def cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+def cli(args: list[str], home: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """run_cli with one llama.cpp thread (see env_for)."""
-    return run_cli(args, home, env=env_for(home))
+    return run_cli(args, home, stdin=stdin, env=env_for(home))
 
 
 def assert_error_last(proc: subprocess.CompletedProcess[str], fragment: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.cli.ingest_helpers import ask_json, check_answer_shape, ingest, stats_json
+from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, ingest, stats_json
 from tests.paging.helpers import SMALL, committed_chunks, popen_cli, write_text
 
 
@@ -24,6 +24,8 @@ def test_ask_and_stats_beside_a_running_ingest(home: Path, tmp_path: Path) -> No
         data = ask_json(home, "x", "Who is Sir Walter Elliot?")  # exit 0, not 'in use'
         check_answer_shape(data, home, "x")
         assert time.monotonic() - t0 < 60
+        chat = cli(["chat", "--max-tokens", "4", "--temperature", "0"], home, stdin="Hello\n")
+        assert chat.returncode == 0 and chat.stdout.strip(), chat.stderr
         time.sleep(2.5)  # the writer merges its counters every 2 s
         running = stats_json(home)["tiers"]["disk"]["bytes_written"]
         assert writer.poll() is None, "the ingest finished too early to test beside it"

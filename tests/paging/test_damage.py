@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context
+from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
@@ -127,3 +129,12 @@ def test_disk_budget_evicts_finished_documents(home: Path, ctx: Context, tmp_pat
         assert len(lib.disk.chunks(a.owner)) < a.chunks  # the old one partly evicted
         rows = lib.conn.execute("SELECT DISTINCT pinned FROM chunks WHERE owner = ?", (b.owner,))
         assert [r[0] for r in rows] == [0]
+        gone = sorted(lib.disk.evicted(a.owner))
+        assert gone and all(not lib.disk.exists(k) for k in gone)
+        idx = int(gone[0].rsplit(":", 1)[1])
+        (text,) = lib.conn.execute(
+            "SELECT text FROM chunk_text WHERE doc_id = ? AND idx = ?", (a.id, idx)
+        ).fetchone()
+        question = " ".join(sorted(set(text.split()), key=len)[-6:])
+        with pytest.raises(NotFoundError, match="evicted by the disk budget"):
+            list(ask(ctx, lib, a, question, AskResult(doc="a"), window=WINDOW, max_tokens=4))
