@@ -33,7 +33,7 @@ from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta, DiskStore
 from cascade_cli.store import repair as store_repair
 from cascade_cli.store.disk import DATA
-from cascade_cli.store.fsck import scan_chunks, scan_files
+from cascade_cli.store.fsck import readable_chunks, scan_chunks, scan_files
 
 CHUNK_KINDS = ("missing", "truncated", "checksum", "payload")
 
@@ -97,7 +97,7 @@ def payload_problem(meta: ChunkMeta, payload: bytes) -> str | None:
 
 
 def _doc_findings(store: DiskStore, doc: catalog.Document, notes: list[str]) -> list[Finding]:
-    metas = store.chunks(doc.owner)
+    metas = readable_chunks(store, doc.owner)
     out: list[Finding] = []
     have = {m.index for m in metas}
     evicted = {i for i in range(doc.chunks) if doc.chunk_key(i) in store.evicted(doc.owner)}
@@ -156,7 +156,9 @@ def check(store: DiskStore, ref: str | None = None, *, files: bool = True) -> Re
     if ref is None:
         for owner in store.owners():
             if owner.startswith("doc:") and owner not in names:
-                n = len(store.chunks(owner))
+                n = len(
+                    store.conn.execute("SELECT 1 FROM chunks WHERE owner = ?", (owner,)).fetchall()
+                )
                 report.damaged.append(Finding("orphan_chunks", f"{n} chunk(s) of a removed document", key=owner))  # fmt: skip
         if files:
             report.files, stray = scan_files(store)
@@ -172,7 +174,13 @@ def repair(ctx: Context, lib: Library, report: Report) -> None:
     docs = {d.owner: d for d in catalog.documents(lib.conn, include_partial=True)}
     redo: dict[str, catalog.Document] = {}
     for f in report.damaged:
-        if f.kind in CHUNK_KINDS:
+        if f.kind == "row":  # nothing in it can be trusted: drop it (its document is redone)
+            owner = f.key.rsplit(":", 1)[0]
+            lib.disk.delete(f.key)
+            f.action = "dropped"
+            if owner in docs:
+                redo[owner] = docs[owner]
+        elif f.kind in CHUNK_KINDS:
             f.action = _repair_chunk(ctx, lib, docs, f.key, redo)
         elif f.kind == "orphan_chunks":
             lib.disk.delete_owner(f.key)

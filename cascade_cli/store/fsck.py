@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from cascade_cli.errors import CorruptChunkError
 from cascade_cli.store.disk import DATA, DiskStore
 from cascade_cli.store.index import COLUMNS, row_meta
 from cascade_cli.store.reads import checksum
@@ -21,8 +22,8 @@ PayloadCheck = Callable[[ChunkMeta, bytes], str | None]
 
 @dataclass(frozen=True)
 class Damage:
-    """One thing wrong: ``kind`` is missing, truncated, checksum, payload, orphan_file or
-    temp_file (for chunks: ``key`` and ``owner``; for files: ``file``)."""
+    """One thing wrong: ``kind`` is row (a malformed index row), missing, truncated, checksum,
+    payload, orphan_file or temp_file (for chunks: ``key`` and ``owner``; files: ``file``)."""
 
     kind: str
     detail: str
@@ -64,8 +65,38 @@ def scan_chunks(
         rows = []
         for owner in owners:
             rows += store.conn.execute(sql + " WHERE owner = ? ORDER BY idx", (owner,)).fetchall()
-    found = [chunk_damage(store, row_meta(r[:-1]), r[-1], check_payload) for r in rows]
-    return len(rows), [d for d in found if d is not None]
+    found: list[Damage] = []
+    for r in rows:
+        try:
+            meta, name = row_meta(r[:-1]), r[-1]
+        except CorruptChunkError as exc:
+            found.append(Damage("row", exc.message, key=str(r[0]), owner=str(r[1])))
+            continue
+        damage = chunk_damage(store, meta, name, check_payload)
+        if damage is not None:  # a writer may have replaced or removed it meanwhile: look again
+            now = store.conn.execute(
+                f"SELECT {COLUMNS}, file FROM chunks WHERE key = ?", (meta.key,)
+            ).fetchone()
+            if now is not None and now[-1] != name:  # (a replaced row is well formed)
+                damage = chunk_damage(store, row_meta(now[:-1]), now[-1], check_payload)
+            elif now is None:
+                damage = None
+        if damage is not None:
+            found.append(damage)
+    return len(rows), found
+
+
+def readable_chunks(store: DiskStore, owner: str) -> list[ChunkMeta]:
+    """The well-formed chunk rows of ``owner`` by index (scan_chunks reports the others)."""
+    out: list[ChunkMeta] = []
+    for r in store.conn.execute(
+        f"SELECT {COLUMNS} FROM chunks WHERE owner = ? ORDER BY idx", (owner,)
+    ):
+        try:
+            out.append(row_meta(r))
+        except CorruptChunkError:
+            continue
+    return out
 
 
 def scan_files(store: DiskStore) -> tuple[int, list[Damage]]:

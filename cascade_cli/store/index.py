@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from cascade_cli.errors import (
+    CorruptChunkError,
     FingerprintMismatchError,
     NotFoundError,
     StaleStoreError,
@@ -79,12 +80,22 @@ def connect(root: Path, *, immutable: bool = False) -> LockedConnection:
 
 
 def row_meta(row: tuple[Any, ...]) -> ChunkMeta:
-    """A ChunkMeta from a row selected with COLUMNS."""
+    """A ChunkMeta from a row selected with COLUMNS; CorruptChunkError for a malformed row."""
     k, o, i, s, e, toks, pos, scheme, pin, n, crc, ver, created, accessed, fp = row
-    tokens = np.frombuffer(toks, dtype="<i4")
-    return ChunkMeta(
-        k, o, i, s, e, tokens, pos, scheme, bool(pin), n, crc, ver, created, accessed, fp
-    )
+    try:
+        if not all(isinstance(v, int) for v in (i, s, e, pos, n, crc, ver)):
+            raise TypeError("a numeric column holds another type")
+        tokens = np.frombuffer(toks, dtype="<i4")
+        if len(tokens) != e - s:
+            raise ValueError(f"{len(tokens)} token ids for the range [{s}, {e})")
+        return ChunkMeta(
+            k, o, i, s, e, tokens, pos, scheme, bool(pin), n, crc, ver, created, accessed, fp
+        )
+    except (TypeError, ValueError) as exc:
+        raise CorruptChunkError(
+            f"the index row of chunk {k!r} is malformed ({exc})",
+            "Run `cascade verify --repair`.",
+        ) from None
 
 
 def row_values(m: ChunkMeta) -> tuple[object, ...]:

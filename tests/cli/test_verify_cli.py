@@ -48,15 +48,21 @@ def test_verify_finds_and_repairs_damage(home: Path, tmp_path: Path) -> None:
             " 'zz/none.kv' FROM chunks WHERE key = ?",
             (rows[0]["key"],),
         )
+        conn.execute(  # and a malformed one in the document: 3 bytes of token ids
+            "INSERT INTO chunks SELECT ?, owner, 99, tok_start, tok_end, X'010203', pos, scheme,"
+            " nbytes, checksum, version, created, accessed, pinned, fingerprint, 'zz/bad.kv'"
+            " FROM chunks WHERE key = ?",
+            (f"{owner}:99", rows[0]["key"]),
+        )
     conn.close()
 
     rc, found = verify(home)
     assert rc == 1 and not found["clean"]
     assert kinds(found) == [
-        "checksum", "missing", "missing", "orphan_chunks", "orphan_file", "truncated",
+        "checksum", "missing", "missing", "orphan_chunks", "orphan_file", "row", "truncated",
     ]  # fmt: skip
     text = cli(["verify"], home)
-    assert text.returncode == 1 and "6 problem(s) found" in text.stdout
+    assert text.returncode == 1 and "7 problem(s) found" in text.stdout
     assert f"chunk {rows[2]['key']} of 'v': its checksum does not match" in text.stdout
 
     rc, fixed = verify(home, "--repair")
@@ -65,6 +71,7 @@ def test_verify_finds_and_repairs_damage(home: Path, tmp_path: Path) -> None:
     for r in (rows[2], rows[4], rows[6]):
         assert any(a == "recomputed" and k == r["key"] for (_, k), a in actions.items()), actions
     assert actions[("orphan_chunks", "doc:999")] == "dropped"
+    assert actions[("row", f"{owner}:99")] == "dropped"
     assert actions[("orphan_file", "zz/stray.kv")] == "deleted"
 
     rc, again = verify(home)
