@@ -108,7 +108,8 @@ class DiskStore(ChunkReader):
         ``budget`` > 0 caps total payload bytes by evicting least-recently-used unpinned chunks.
         ``mode``: ``write`` (the default) takes the exclusive lock and repairs; ``shared`` takes
         no lock and never repairs, and saves a chunk only if it can take the lock at once;
-        ``readonly`` (or ``readonly=True``) never writes. Both work beside a running writer.
+        ``readonly`` (or ``readonly=True``) never writes (but upgrades the schema of a store an
+        older release wrote, once). Both work beside a running writer.
         ``verify="full"`` also checksums every payload on open (slow on big stores).
         ``repair=False`` (for `cascade verify --repair`, which recomputes damaged chunks from their
         rows' token ids) leaves rows with missing or short files in place.

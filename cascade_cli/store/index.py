@@ -187,7 +187,8 @@ def open_index(
 
     ``write``: create the store if needed and take its exclusive lock (one writer at a time).
     ``shared``: no lock; the connection may write (counters, access times), so a reader such
-    as ``ask`` works beside a running writer (SQLite WAL). ``readonly``: no lock, no writes.
+    as ``ask`` works beside a running writer (SQLite WAL). ``readonly``: no lock, no writes
+    (except applying a pending migration to a writable store an older release made).
     """
     if mode == "write":
         try:
@@ -206,11 +207,14 @@ def open_index(
         new = not (root / INDEX).exists()
         conn = connect(root, immutable=mode == "readonly" and not writable(root))
         if mode == "readonly":
-            conn.execute("PRAGMA query_only = ON")
             if any(ns == "store" for ns, _ in pending(conn)):
-                raise StoreError(
-                    f"store {root} uses an older layout", "Open it once read-write to upgrade it."
-                )
+                if not writable(root):
+                    raise StoreError(
+                        f"store {root} uses an older layout",
+                        "Open it once read-write to upgrade it.",
+                    )
+                migrate(conn)  # a store a previous release wrote: upgraded once, in place
+            conn.execute("PRAGMA query_only = ON")
         else:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")

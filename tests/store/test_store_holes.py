@@ -190,3 +190,14 @@ def test_store_from_before_the_layout_conversion_still_opens(tmp_path: Path) -> 
     DiskStore.open(tmp_path, "fp").close()
     with pytest.raises(FingerprintMismatchError):
         DiskStore.open(tmp_path, "other")
+
+
+def test_a_reader_upgrades_a_store_an_older_release_wrote(tmp_path: Path) -> None:
+    DiskStore.open(tmp_path, "fp").close()
+    conn = sqlite3.connect(tmp_path / "index.sqlite")
+    with conn:  # as the release before the evicted table left it
+        conn.execute("DROP TABLE evicted")
+        conn.execute("DELETE FROM _migrations WHERE name = 'm003_evicted'")
+    conn.close()
+    with DiskStore.open(tmp_path, None, readonly=True) as store:  # e.g. `cascade stats`
+        assert store.evicted("d") == set()
