@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -77,4 +78,7 @@ def test_repeat_penalty_reduces_repeats(ctx: Context) -> None:
     plain = _greedy(ctx, prompt, 1.0)
     penalised = _greedy(ctx, prompt, 2.0)
     assert plain != penalised
-    assert len(set(penalised)) > len(set(plain))
+    # measured: plain greedy lists "1. Yes\n2. Yes\n…" (its commonest token 11 times in 48);
+    # a 2.0 penalty breaks the pattern (5 times)
+    top = max(Counter(plain).values())
+    assert max(Counter(penalised).values()) < 0.75 * top, (plain, penalised)
