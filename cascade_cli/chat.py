@@ -65,8 +65,7 @@ class ChatSession:
 
     def send(self, text: str) -> Generator[str, None, None]:
         """Add a user message and stream the reply. Raises ContextFullError before decoding."""
-        prompt = self.model.apply_chat_template([*self.messages, ("user", text)])
-        target = self.model.tokenize(prompt, add_special=True, parse_special=True)
+        target = self.model.chat_tokens([*self.messages, ("user", text)])
         if len(target) >= self.window:
             raise ContextFullError(
                 f"the context window is full ({len(target)} tokens needed, "

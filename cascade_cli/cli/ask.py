@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.engine import SamplerSettings
@@ -81,10 +82,11 @@ def ask_cmd(
         seed=0xFFFFFFFF if seed is None else seed,
         repeat_penalty=repeat_penalty,
     )
+    require_document(cfg, doc)  # before the model loads
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,
-        Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
+        Library(cfg, ctx, mode="shared", embed_path=embed_path(cfg)) as lib,
     ):
         lib.recall.preload()
         document = lib.find(doc)

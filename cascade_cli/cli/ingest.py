@@ -82,6 +82,8 @@ def ingest_cmd(
 ) -> None:
     """Ingest files into the store (KV chunks, and passages indexed and embedded for recall);
     an interrupted ingest resumes when run again."""
+    if name is not None and not name.strip():
+        raise InputError("--name is empty", "Pass a name, or leave --name out to use the file's.")
     if name and len(files) > 1:
         raise InputError(
             "--name needs exactly one file", "Ingest files one at a time to name them."

@@ -13,9 +13,11 @@ from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundErro
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import fill
+from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
 #: Window order of recalled chunks ('relevance': best hit nearest the question; 'document').
@@ -119,6 +121,32 @@ def arrange(best_first: list[int], order: str = ORDER) -> list[int]:
     return [c for run in runs for c in run]
 
 
+def _place(
+    lib: Library,
+    win: Window,
+    chosen: list[int],
+    metas: list[ChunkMeta],
+    warm: set[str],
+    fresh: dict[str, Any],
+    result: AskResult,
+) -> tuple[int, ChunkMeta | None]:
+    """Place the chunks after the sink; (tokens restored, the first damaged chunk or None)."""
+    result.chunks = []
+    restored = 0
+    for idx, meta in zip(chosen, metas, strict=True):
+        if meta.key in fresh:
+            win.place(fresh[meta.key])
+            tier = "recomputed"
+        else:
+            try:
+                restored += win.place(lib.pager.get(meta.key, at=win.end))
+            except CorruptChunkError:
+                return restored, meta
+            tier = "ram" if meta.key in warm else "disk"
+        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+    return restored, None
+
+
 def ask(
     ctx: Context,
     lib: Library,
@@ -150,9 +178,11 @@ def ask(
     keys = [doc.chunk_key(i) for i in chosen]
     try:
         metas = [lib.disk.meta(k) for k in keys]
-    except NotFoundError as exc:  # the store dropped the row of a lost file when it was opened
+    except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
+        gone = set(keys) & lib.disk.evicted(doc.owner)
+        why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
         raise NotFoundError(
-            f"'{doc.name}' is missing chunks in the store ({exc.message})",
+            f"'{doc.name}' is missing chunks in the store ({why})",
             f"Run `cascade ingest {doc.path}` again: it recomputes the missing chunks.",
         ) from None
     warm = {k for k in keys if k in lib.ram}
@@ -164,21 +194,19 @@ def ask(
         pos += meta.n_tokens
     lib.pager.prefetch([sink_key(prefix), *keys], at)
     t_plan = time.perf_counter()
-    sink_tier = place_sink(lib, win, prefix, doc.scheme)
+    fresh: dict[str, Any] = {}  # damaged chunks recomputed in their own context
+    sink_tier = ""
+    while True:
+        tier = place_sink(lib, win, prefix, doc.scheme)
+        sink_tier = sink_tier or tier  # the first pass's: later ones find it in RAM
+        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result)
+        if damaged is None:
+            break
+        # never serve bad bytes: recompute the chunk where ingest made it, then start over
+        fresh[damaged.key] = recompute(ctx, lib, doc, damaged)
+        win.reset()
     result.sink = {"tokens": len(prefix), "tier": sink_tier}
-    restored = 0
-    recomputed = 0
-    for idx, key, meta in zip(chosen, keys, metas, strict=True):
-        tier = "ram" if key in warm else "disk"
-        try:
-            restored += win.place(lib.pager.get(key, at=win.end))
-        except CorruptChunkError:
-            tier = "recomputed"  # never serve bad bytes: recompute from the stored token ids
-            pos = win.end
-            win.append(meta.tokens.tolist())
-            recomputed += meta.n_tokens
-            lib.pager.save(meta.replace(pos=pos), win.save(pos, pos + meta.n_tokens))
-        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+    recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
     win.append(q, logits="last")

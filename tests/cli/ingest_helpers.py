@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -18,9 +19,9 @@ from tests.paging.helpers import (
 ASK_SMALL = ["--gpu-cache-size", "512", "--max-tokens", "16"]
 
 
-def cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+def cli(args: list[str], home: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """run_cli with one llama.cpp thread (see env_for)."""
-    return run_cli(args, home, env=env_for(home))
+    return run_cli(args, home, stdin=stdin, env=env_for(home))
 
 
 def assert_error_last(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -78,7 +79,7 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     assert chunks, "no chunk was paged in"
     idx = [c["index"] for c in chunks]
     assert len(idx) == len(set(idx))  # distinct; runs of adjacent chunks in document order
-    for a, b in zip(idx, idx[1:], strict=False):
+    for a, b in itertools.pairwise(idx):
         assert b != a - 1
     for c in chunks:
         assert {"index", "tokens", "tier"} <= set(c)

@@ -217,7 +217,7 @@ def test_rm_frees_space_and_unlists(home: Path, tmp_path: Path) -> None:
 def test_rm_without_store_is_one_line_error(home: Path) -> None:
     proc = cli(["rm", "nothing"], home)
     assert_one_line_error(proc, "no ingested document named 'nothing'")
-    assert proc.returncode == 5
+    assert proc.returncode == 6
 
 
 # ---- 7. versions ------------------------------------------------------------------------------
