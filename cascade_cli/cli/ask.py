@@ -39,6 +39,15 @@ def ask_cmd(
             min=0,
         ),
     ] = 1,
+    quote: Annotated[
+        int,
+        typer.Option(
+            "--quote",
+            help="Best passages quoted again right before the question (0 = none; each costs "
+            "~25 tokens to decode).",
+            min=0,
+        ),
+    ] = 0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
@@ -101,6 +110,7 @@ def ask_cmd(
             mode=cfg.recall,
             top_k=top_k,
             neighbors=neighbors,
+            quote=quote,
             max_tokens=max_tokens,
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{text}[/dim]"),

@@ -27,6 +27,8 @@ from cascade_cli.recall.select import Hit, fuse
 from cascade_cli.store import DiskStore
 
 MODES = ("hybrid", "bm25", "semantic")
+#: Scheduling niceness of the background embedding thread (it uses what decoding leaves idle).
+EMBED_NICE = 10
 #: Passages embedded per background job step.
 _BATCH = 64
 
@@ -52,7 +54,7 @@ class Recall:
         self._loading: Future[Embeds] | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cascade-embed")
-        self._pool.submit(_nice, 10)
+        self._pool.submit(_nice, EMBED_NICE)
         self._jobs: list[Future[None]] = []
         self.cache = semantic.VectorCache()
         self.timings: dict[str, float] = {}
@@ -190,6 +192,12 @@ class Recall:
             rankings["semantic"] = sorted(found, key=lambda h: -h.score)
         self.timings = {"lexical_s": t1 - t0, "semantic_s": time.perf_counter() - t1}
         return fuse(rankings)[:limit]
+
+    def passage_texts(self, hits: Sequence[Hit]) -> list[str]:
+        """The best passage of each hit, in order."""
+        with self.disk.lock:
+            rows = [index.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
+        return [r.text for r in rows if r is not None]
 
     def passage_counts(self, owner: str) -> dict[int, int]:
         with self.disk.lock:

@@ -113,7 +113,7 @@ def test_paraphrase_recalled_where_bm25_is_not(recall: Recall) -> None:
     question = "What secret number was I asked to remember?"
     assert rank_of(recall, question, "bm25", 7) > 0
     assert rank_of(recall, question, "semantic", 7) == 0
-    assert rank_of(recall, question, "hybrid", 7) == 0
+    assert rank_of(recall, question, "hybrid", 7) <= 1  # each method's top chunk leads
 
 
 def test_fusion_keeps_exact_word_hits(recall: Recall) -> None:
