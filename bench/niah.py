@@ -182,9 +182,12 @@ def copy_chunk(
 
 
 def sentence_start(ctx: Context, stream: list[int], d: int) -> int:
-    while d < len(stream) - 1 and not ctx.model.detokenize(stream[max(0, d - 2) : d]).rstrip(
-        " "
-    ).endswith((".", "\n")):
+    """The first position at or after `d` that starts a sentence (after ". " or a blank line;
+    a line break alone is only the text's wrapping)."""
+    while d < len(stream) - 1:
+        prev = ctx.model.detokenize(stream[max(0, d - 3) : d])
+        if prev.endswith((". ", ".  ", ".\n", "\n\n", '." ', '."\n', "! ", "? ")):
+            return d
         d += 1
     return d
 

@@ -67,7 +67,7 @@ def main() -> None:
     )  # fmt: skip
     with (
         Context(Model(MODEL), args.window + args.block + 256, 3, args.block, cfg.n_threads, "off") as ctx,
-        Library(cfg, ctx, embed_path=EMBED) as lib,
+        Library(cfg, ctx, mode="shared", embed_path=EMBED) as lib,
     ):  # fmt: skip
         doc = catalog.find(lib.conn, args.doc)
         print(
