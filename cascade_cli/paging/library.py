@@ -8,6 +8,7 @@ from typing import Any
 from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir
+from cascade_cli.errors import FingerprintMismatchError
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
@@ -32,15 +33,29 @@ class _Decode:
 class Library:
     """Owns the DiskStore, RamCache and Pager for a context's fingerprint; close() flushes."""
 
-    def __init__(self, settings: Settings, ctx: Context, timeout: float = 5.0) -> None:
+    def __init__(
+        self, settings: Settings, ctx: Context, timeout: float = 5.0, any_model: bool = False
+    ) -> None:
+        """`any_model`: open a store created with another model too (chat sessions record the
+        fingerprint of every chunk they write and restore only their own model's); documents
+        and the sink keep refusing it."""
         kv.configure(library_dir())
         self.settings = settings
-        self.disk = DiskStore.open(
-            settings.disk_cache_path,
-            ctx.fingerprint(),
-            budget=settings.disk_cache_budget,
-            timeout=timeout,
-        )
+        fingerprint = ctx.fingerprint()
+        try:
+            self.disk = DiskStore.open(
+                settings.disk_cache_path,
+                fingerprint,
+                budget=settings.disk_cache_budget,
+                timeout=timeout,
+            )
+        except FingerprintMismatchError:
+            if not any_model:
+                raise
+            self.disk = DiskStore.open(
+                settings.disk_cache_path, None, budget=settings.disk_cache_budget, timeout=timeout
+            )
+            self.disk.fingerprint = fingerprint  # what the chunks written here are stamped with
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
         self.pager = Pager(self.disk, self.ram, _encode, _Decode(rope), writers=1, writer_nice=10)

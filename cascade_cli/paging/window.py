@@ -62,13 +62,18 @@ class Window:
         self.end += len(tokens)
         return out
 
-    def place(self, blob: Buffer) -> int:
-        """Put a chunk's state (at whatever positions it holds) at the window's end; returns
-        its token count."""
+    def place(self, blob: Buffer, at: int | None = None) -> int:
+        """Put a chunk's state (at whatever positions it holds) at the window's end, or at
+        position `at`, moving the cells from `at` on up to make room; returns its token count."""
         hdr = kvblob.header(blob)
         n = hdr.n_cells
         self._check(n)
-        delta = self.end - int(hdr.positions.min()) if n else 0
+        at = self.end if at is None else at
+        if not 0 <= at <= self.end:
+            raise ValueError(f"position {at} is outside the window (0..{self.end})")
+        if at < self.end and n:
+            self.ctx.seq_add(WINDOW_SEQ, at, -1, n)
+        delta = at - int(hdr.positions.min()) if n else 0
         if delta and self.rope is not None:
             src = kvblob.as_u8(blob)
             if self._buf.nbytes < src.nbytes:

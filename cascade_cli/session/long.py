@@ -1,0 +1,58 @@
+"""A message longer than the window: paged through block by block, like an ingested text.
+
+Each block is decoded after the system prompt and the message's previous blocks that still fit
+(a sliding window, as `ingest` does), saved as a chunk of the turn and indexed for recall, so
+later messages can recall any part of it. What is left — the last block, the end of the user
+message and the reply header — is returned for the turn to decode as usual.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cascade_cli.errors import ContextFullError
+from cascade_cli.session import catalog
+from cascade_cli.session.catalog import Chunk
+
+if TYPE_CHECKING:
+    from cascade_cli.session.chat import ChatSession
+
+
+def page_through(chat: ChatSession, text: str) -> list[int]:
+    """Decode and store all but the tail of a long user message; returns the tail's tokens."""
+    opening, body, closing = chat.tpl.user_parts(text)
+    tokens = opening + body
+    system = chat._page(chat.s.key(0))
+    room = chat.window - system.n - chat.reserve - len(closing)
+    block = max(16, min(chat.lib.settings.block_size, room // 2))
+    if room < 2 * 16:
+        raise ContextFullError(
+            f"a {chat.window}-token window has no room to page a message through",
+            "Raise --gpu-cache-size or lower --max-tokens.",
+        )
+    turn = chat.s.turns + 1
+    blocks = [tokens[o : o + block] for o in range(0, len(tokens), block)]
+    tail = blocks.pop()
+    mine: list[int] = []  # chunk indices of this message's blocks, oldest first
+    for piece in blocks:
+        layout = [system]
+        used = system.n + len(piece)
+        for idx in reversed(mine):  # the newest previous blocks that still fit
+            n = len(chat.chunks[idx].tokens)
+            if used + n > chat.window - chat.reserve:
+                break
+            layout.insert(1, chat._page(chat.s.key(idx)))
+            used += n
+        chat._count(chat.pages.apply(layout))
+        start = chat.pages.win.end
+        chat.pages.win.append(piece)
+        idx = max(chat.chunks) + 1
+        chunk = Chunk(idx, turn, piece, chat.model.detokenize(piece))
+        chat.chunks[idx] = chunk
+        chat.pages.append(chat._page(chat.s.key(idx)), start)
+        with chat.lib.disk.transaction() as conn:
+            catalog.put_chunk(conn, chat.s, chunk)
+        mine.append(idx)
+    chat._index_missing()
+    chat.notify(f"long message: {len(tokens)} tokens paged through in {len(blocks) + 1} blocks")
+    return tail + closing
