@@ -46,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
 RECALL_SHARE = 0.25
 #: At most this many chunks are recalled for one message.
 MAX_RECALLED = 4
+#: Hits scoring below this share of the best hit are not recalled.
+MIN_SCORE = 0.5
 
 
 @dataclass
@@ -318,7 +320,10 @@ class ChatSession:
         hits = self.recall.search(owners, text, limit=32) if first > 1 or self.docs else []
         chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
         spent = 0
+        best = max((h.score for h in hits), default=0.0)
         for h in hits:
+            if h.score < best * MIN_SCORE:
+                break  # weak matches crowd a small model's window more than they help
             if h.owner == self.s.owner:
                 if not 0 < h.chunk < first:
                     continue
