@@ -29,7 +29,9 @@ from cascade_cli.session.catalog import Chunk, Session
 from cascade_cli.session.long import page_through
 from cascade_cli.session.manage import remove
 from cascade_cli.session.pages import Page, Pages, Placed
+from cascade_cli.session.plan import RECALL_SHARE, plan
 from cascade_cli.session.recall import recall_for
+from cascade_cli.session.restore import check_doc, index_missing, open_window
 from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
 
@@ -42,12 +44,6 @@ DEFAULTS: dict[str, Any] = {
     "seed": None,
     "max_tokens": 512,
 }
-#: Share of the window kept for recalled chunks once the conversation no longer fits.
-RECALL_SHARE = 0.25
-#: At most this many chunks are recalled for one message.
-MAX_RECALLED = 4
-#: Hits scoring below this share of the best hit are not recalled.
-MIN_SCORE = 0.5
 
 
 @dataclass
@@ -77,10 +73,6 @@ class Totals:
     gen_s: float = 0.0
     gen_tokens: int = 0
     turns: int = 0
-
-
-def _label(chunk: Chunk) -> str:
-    return f"turn {chunk.turn}" if chunk.turn else "system prompt"
 
 
 class ChatSession:
@@ -113,7 +105,7 @@ class ChatSession:
         name = catalog.check_name(name)
         fp = ctx.fingerprint()
         for doc in self.docs:
-            self._check_doc(doc, fp)
+            check_doc(self, doc, fp)
         with lib.disk.transaction() as conn:
             row = catalog.find(conn, name)
             if row is None:
@@ -130,7 +122,7 @@ class ChatSession:
             self.s: Session = row
             self.chunks = {c.idx: c for c in catalog.chunks(conn, row)}
         self.sampler = Sampler(self.sampling)
-        self._open(fp)
+        open_window(self, fp)
 
     # ---- settings ---------------------------------------------------------------------------
 
@@ -154,136 +146,28 @@ class ChatSession:
         return int(self.settings["max_tokens"])
 
     @property
+    def block(self) -> int:
+        """Most tokens in one chunk: --block-size, or less so that any chunk can be recalled."""
+        return max(16, min(self.lib.settings.block_size, int(self.window * RECALL_SHARE)))
+
+    def split(self, tokens: list[int]) -> list[list[int]]:
+        return [tokens[o : o + self.block] for o in range(0, len(tokens), self.block)]
+
+    @property
     def reserve(self) -> int:
         """Window kept free for the reply and its closing tokens."""
         return min(self.max_tokens, self.window // 4) + len(self.tpl.close())
 
     # ---- opening ------------------------------------------------------------------------------
 
-    def _check_doc(self, doc: docs.Document, fp: str) -> None:
-        keys = self.lib.disk.chunks(doc.owner)
-        if keys and keys[0].fingerprint != fp:
-            raise InputError(
-                f"document {doc.name!r} was ingested with another model",
-                f"Chat with the model it was ingested with, or `cascade ingest {doc.path}` again.",
-            )
-
-    def _open(self, fp: str) -> None:
-        """Restore the stored window, or rebuild the session's chunks from its text."""
-        system = self.tpl.system(str(self.settings["system"]))
-        head = self.chunks.get(0)
-        rebuilt = True
-        if self.created or head is None:
-            self._rechunk(system, None)
-        elif self.s.fingerprint != fp:
-            self._rechunk(system, f"it was made with {self.s.model} (another model or KV layout)")
-        elif head.tokens != system:
-            self._rechunk(system, "its system prompt changed")
-        else:
-            rebuilt = False
-            self._drop_unfinished()
-        self._index_missing()
-        layout = [self._page(k) for k in self.s.layout if self._idx(k) in self.chunks]
-        if not layout or layout[0].key != self.s.key(0):
-            layout = [self._page(self.s.key(0))]
-        t0 = time.perf_counter()
-        while sum(p.n for p in layout) > self.window - self.reserve and len(layout) > 1:
-            del layout[1]  # a smaller window than last time: the oldest leave
-        placed = self.pages.apply(layout)
-        self._count(placed)
-        self.totals.restore_s += time.perf_counter() - t0
-        self.totals.restored_tokens += sum(p.n for p in layout) - placed.recomputed_tokens
-        if placed.tiers["recomputed"] and not rebuilt:
-            self.notify(
-                f"{placed.tiers['recomputed']} chunk(s) of session {self.s.name!r} could not be "
-                f"restored and were recomputed from their text ({placed.recomputed_tokens} tokens)"
-            )
-
-    def _drop_unfinished(self) -> None:
-        """Forget chunks of a turn that never finished (a long message cut short by a kill)."""
-        stale = [c.idx for c in self.chunks.values() if c.turn > self.s.turns]
-        if not stale:
-            return
-        with self.lib.disk.transaction() as conn:
-            conn.executemany(
-                "DELETE FROM session_chunks WHERE session_id = ? AND idx = ?",
-                [(self.s.id, i) for i in stale],
-            )
-        for i in stale:
-            self.lib.disk.delete(self.s.key(i))
-            del self.chunks[i]
-
-    def _rechunk(self, system: list[int], reason: str | None) -> None:
-        """(Re)build every chunk's token ids from the transcript with this model's template."""
-        with self.lib.disk.lock:
-            turns = catalog.turns(self.lib.conn, self.s)
-        chunks = [Chunk(0, 0, system, "")]
-        for turn, user, reply in turns:
-            chunks += self._turn_chunks(len(chunks), turn, user, reply, len(system))
-        total = sum(len(c.tokens) for c in chunks)
-        if reason:
-            self.notify(
-                f"session {self.s.name!r} is rebuilt from its text because {reason}: "
-                f"{len(chunks) - 1} chunk(s), {total} tokens"
-            )
-        self.lib.ram.discard_prefix(self.s.owner + ":")
-        self.recall.forget(self.s.owner)
-        self.lib.disk.delete_owner(self.s.owner)
-        self.s.fingerprint = self.pages.fingerprint
-        self.s.model = self.model.path.name
-        self.s.scheme = self.lib.settings.compression
-        self.s.tokens = total - len(system)
-        room = self.window - self.reserve - len(system) - int(self.window * RECALL_SHARE)
-        recent: list[str] = []
-        used = 0
-        for c in reversed(chunks[1:]):
-            used += len(c.tokens)
-            if used > room:
-                break
-            recent.insert(0, self.s.key(c.idx))
-        self.s.layout = [self.s.key(0), *recent]
-        with self.lib.disk.transaction() as conn:
-            catalog.forget_chunks(conn, self.s)
-            for c in chunks:
-                catalog.put_chunk(conn, self.s, c)
-            catalog.update(conn, self.s)
-        self.chunks = {c.idx: c for c in chunks}
-
-    def _turn_chunks(
-        self, first: int, turn: int, user: str, reply: str, system_n: int
-    ) -> list[Chunk]:
-        """A finished turn's chunk(s) from its text (one, or several for a long message)."""
-        tokens = self.tpl.user(user) + self.tpl.plain(reply) + self.tpl.close()
-        text = f"User: {user}\nAssistant: {reply}"
-        if len(tokens) <= self.window - self.reserve - system_n:
-            return [Chunk(first, turn, tokens, text)]
-        step = max(64, min(self.lib.settings.block_size, (self.window - system_n) // 4))
-        return [
-            Chunk(
-                first + i, turn, tokens[o : o + step], self.model.detokenize(tokens[o : o + step])
-            )
-            for i, o in enumerate(range(0, len(tokens), step))
-        ]
-
-    def _index_missing(self) -> None:
-        """Index chunks whose recall rows a crash (or a rebuild) left out."""
-        todo = [c for c in self.chunks.values() if c.idx and not c.indexed]
-        for c in todo:
-            self.recall.index(self.s.owner, c.idx, c.text)
-        if todo:
-            with self.lib.disk.transaction() as conn:
-                catalog.mark_indexed(conn, self.s, [c.idx for c in todo])
-            for c in todo:
-                c.indexed = True
-
     # ---- pages --------------------------------------------------------------------------------
 
-    def _idx(self, key: str) -> int:
+    def idx_of(self, key: str) -> int:
         owner, _, idx = key.rpartition(":")
         return int(idx) if owner == self.s.owner else -1
 
-    def _page(self, key: str) -> Page:
-        idx = self._idx(key)
+    def page(self, key: str) -> Page:
+        idx = self.idx_of(key)
         if idx >= 0:
             c = self.chunks[idx]
             meta = ChunkMeta(
@@ -294,61 +178,9 @@ class ChatSession:
         meta = self.lib.disk.meta(key)  # a document's chunk: never recomputed into the store
         return Page(key, meta.tokens.tolist(), None)
 
-    def _count(self, placed: Placed) -> None:
+    def count(self, placed: Placed) -> None:
         self.totals.tiers["window"] += placed.kept
         self.totals.tiers.update(placed.tiers)
-
-    def _plan(self, text: str, need: int) -> tuple[list[Page], list[str], float]:
-        """The layout for the next message: (pages, labels of recalled chunks, recall seconds)."""
-        system = self._page(self.s.key(0))
-        turns = [c for i, c in sorted(self.chunks.items()) if i]
-        free = self.window - system.n - need - self.reserve
-        if sum(len(c.tokens) for c in turns) <= free and not self.docs:
-            return [system] + [self._page(self.s.key(c.idx)) for c in turns], [], 0.0
-        budget = int(self.window * RECALL_SHARE)
-        room = free - budget
-        recent: list[Chunk] = []
-        used = 0
-        for c in reversed(turns):
-            if used + len(c.tokens) > room:
-                break
-            recent.insert(0, c)
-            used += len(c.tokens)
-        first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
-        t0 = time.perf_counter()
-        owners = [self.s.owner] + [d.owner for d in self.docs]
-        hits = self.recall.search(owners, text, limit=32) if first > 1 or self.docs else []
-        chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
-        spent = 0
-        best = max((h.score for h in hits), default=0.0)
-        for h in hits:
-            if h.score < best * MIN_SCORE:
-                break  # weak matches crowd a small model's window more than they help
-            if h.owner == self.s.owner:
-                if not 0 < h.chunk < first:
-                    continue
-                n = len(self.chunks[h.chunk].tokens)
-            else:
-                n = self.lib.disk.meta(f"{h.owner}:{h.chunk}").n_tokens
-            if spent + n <= budget:
-                chosen.append((h.owner, h.chunk, n))
-                spent += n
-            if len(chosen) >= MAX_RECALLED:
-                break
-        seconds = time.perf_counter() - t0
-        rank = {d.owner: i for i, d in enumerate(self.docs)}
-        doc_hits = sorted((rank[o], i) for o, i, _ in chosen if o != self.s.owner)
-        mine = sorted(i for o, i, _ in chosen if o == self.s.owner)
-        pages = [system]
-        labels = []
-        for r, i in doc_hits:
-            pages.append(self._page(f"{self.docs[r].owner}:{i}"))
-            labels.append(f"{self.docs[r].name} chunk {i}")
-        for i in mine:
-            pages.append(self._page(self.s.key(i)))
-            labels.append(_label(self.chunks[i]))
-        pages += [self._page(self.s.key(c.idx)) for c in recent]
-        return pages, labels, seconds
 
     # ---- turns --------------------------------------------------------------------------------
 
@@ -365,13 +197,13 @@ class ChatSession:
         try:
             if long:
                 q = page_through(self, text)
-            pages, labels, stats.recall_s = self._plan(text, len(q))
+            pages, labels, stats.recall_s = plan(self, text, len(q))
             before = set(self.pages.keys)
             placed = self.pages.apply(pages)
         except BaseException:
             self.pages.reset()  # the next message places everything again from the store
             raise
-        self._count(placed)
+        self.count(placed)
         stats.layout_s = placed.seconds
         stats.paged_out = placed.dropped
         new = [lab for p, lab in zip(pages[1 : len(labels) + 1], labels, strict=True)
@@ -424,21 +256,28 @@ class ChatSession:
         win.append(close)
         tokens = q + reply + close
         turn = self.s.turns + 1
-        idx = max(self.chunks) + 1
         reply_text = self.model.detokenize(reply)
         said = self.model.detokenize(q) if long else f"User: {text}"
-        chunk = Chunk(idx, turn, tokens, f"{said}\nAssistant: {reply_text}")
-        self.chunks[idx] = chunk
-        self.pages.append(self._page(self.s.key(idx)), start)
+        pieces = self.split(tokens)
+        made: list[Chunk] = []
+        for piece in pieces:
+            idx = max(self.chunks) + 1
+            words = f"{said}\nAssistant: {reply_text}" if len(pieces) == 1 else None
+            chunk = Chunk(idx, turn, piece, words or self.model.detokenize(piece))
+            self.chunks[idx] = chunk
+            self.pages.append(self.page(self.s.key(idx)), start)
+            start += len(piece)
+            made.append(chunk)
         self.s.turns = turn
         self.s.tokens = sum(len(c.tokens) for i, c in self.chunks.items() if i)
         self.s.layout = self.pages.keys
         with self.lib.disk.transaction() as conn:
             catalog.add_message(conn, self.s, turn, "user", text, self.tpl.user(text))
             catalog.add_message(conn, self.s, turn, "assistant", reply_text, reply + close)
-            catalog.put_chunk(conn, self.s, chunk)
+            for chunk in made:
+                catalog.put_chunk(conn, self.s, chunk)
             catalog.update(conn, self.s)
-        self._index_missing()
+        index_missing(self)
 
     # ---- commands -------------------------------------------------------------------------------
 
@@ -463,7 +302,7 @@ class ChatSession:
         self.pages.reset()
         self.chunks = {}
         self.sampler.reset()
-        self._open(self.pages.fingerprint)
+        open_window(self, self.pages.fingerprint)
         return erased
 
     def close(self) -> None:

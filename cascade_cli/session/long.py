@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from cascade_cli.errors import ContextFullError
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
+from cascade_cli.session.restore import index_missing
 
 if TYPE_CHECKING:
     from cascade_cli.session.chat import ChatSession
@@ -22,9 +23,9 @@ def page_through(chat: ChatSession, text: str) -> list[int]:
     """Decode and store all but the tail of a long user message; returns the tail's tokens."""
     opening, body, closing = chat.tpl.user_parts(text)
     tokens = opening + body
-    system = chat._page(chat.s.key(0))
+    system = chat.page(chat.s.key(0))
     room = chat.window - system.n - chat.reserve - len(closing)
-    block = max(16, min(chat.lib.settings.block_size, room // 2))
+    block = max(16, min(chat.block, room // 2))
     if room < 2 * 16:
         raise ContextFullError(
             f"a {chat.window}-token window has no room to page a message through",
@@ -41,18 +42,18 @@ def page_through(chat: ChatSession, text: str) -> list[int]:
             n = len(chat.chunks[idx].tokens)
             if used + n > chat.window - chat.reserve:
                 break
-            layout.insert(1, chat._page(chat.s.key(idx)))
+            layout.insert(1, chat.page(chat.s.key(idx)))
             used += n
-        chat._count(chat.pages.apply(layout))
+        chat.count(chat.pages.apply(layout))
         start = chat.pages.win.end
         chat.pages.win.append(piece)
         idx = max(chat.chunks) + 1
         chunk = Chunk(idx, turn, piece, chat.model.detokenize(piece))
         chat.chunks[idx] = chunk
-        chat.pages.append(chat._page(chat.s.key(idx)), start)
+        chat.pages.append(chat.page(chat.s.key(idx)), start)
         with chat.lib.disk.transaction() as conn:
             catalog.put_chunk(conn, chat.s, chunk)
         mine.append(idx)
-    chat._index_missing()
+    index_missing(chat)
     chat.notify(f"long message: {len(tokens)} tokens paged through in {len(blocks) + 1} blocks")
     return tail + closing

@@ -103,11 +103,12 @@ class Pages:
                 f"the layout needs {cursor} tokens, the window holds {self.win.limit}",
                 "Raise --gpu-cache-size.",
             )
+        warm = {k for k in at if k in self.lib.ram}  # before prefetching fills RAM
         self.lib.pager.prefetch(list(at), at)
         cursor = 0
         for i, p in enumerate(target):
             if p.key in at:
-                tier = self._materialize(p, cursor)
+                tier = self._materialize(p, cursor, "ram" if p.key in warm else "disk")
                 done.tiers[tier] += 1
                 if tier == "recomputed":
                     done.recomputed_tokens += p.n
@@ -128,10 +129,9 @@ class Pages:
             meta.tokens, np.asarray(p.tokens, dtype=np.int32)
         )
 
-    def _materialize(self, p: Page, at: int) -> str:
+    def _materialize(self, p: Page, at: int, tier: str) -> str:
         """Put page `p` at position `at`: restored from RAM or disk, else recomputed."""
         if self._usable(p):
-            tier = "ram" if p.key in self.lib.ram else "disk"
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at)
                 return tier

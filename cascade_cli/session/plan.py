@@ -1,0 +1,82 @@
+"""Choosing the window for the next message: system prompt, recalled chunks, recent turns.
+
+While the whole conversation fits, the window holds all of it. Once it does not (or documents are
+in the conversation), a share of the window is kept for recalled chunks: the newest turns fill
+the rest, and the best hits of recall over the turns that left (and the documents) fill the kept
+part, placed in conversation order ahead of the recent turns.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from cascade_cli.session.catalog import Chunk
+from cascade_cli.session.pages import Page
+
+if TYPE_CHECKING:
+    from cascade_cli.session.chat import ChatSession
+
+#: Share of the window kept for recalled chunks once the conversation no longer fits.
+RECALL_SHARE = 0.25
+#: At most this many chunks are recalled for one message.
+MAX_RECALLED = 4
+#: Hits scoring below this share of the best hit are not recalled.
+MIN_SCORE = 0.5
+
+
+def _label(chunk: Chunk) -> str:
+    return f"turn {chunk.turn}" if chunk.turn else "system prompt"
+
+
+def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], list[str], float]:
+    """The layout for the next message: (pages, labels of recalled chunks, recall seconds)."""
+    system = chat.page(chat.s.key(0))
+    turns = [c for i, c in sorted(chat.chunks.items()) if i]
+    free = chat.window - system.n - need - chat.reserve
+    if sum(len(c.tokens) for c in turns) <= free and not chat.docs:
+        return [system] + [chat.page(chat.s.key(c.idx)) for c in turns], [], 0.0
+    budget = int(chat.window * RECALL_SHARE)
+    room = free - budget
+    recent: list[Chunk] = []
+    used = 0
+    for c in reversed(turns):
+        if used + len(c.tokens) > room:
+            break
+        recent.insert(0, c)
+        used += len(c.tokens)
+    first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
+    t0 = time.perf_counter()
+    owners = [chat.s.owner] + [d.owner for d in chat.docs]
+    hits = chat.recall.search(owners, text, limit=32) if first > 1 or chat.docs else []
+    chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
+    spent = 0
+    best = max((h.score for h in hits), default=0.0)
+    for h in hits:
+        if h.score < best * MIN_SCORE:
+            break  # weak matches crowd a small model's window more than they help
+        if h.owner == chat.s.owner:
+            if not 0 < h.chunk < first:
+                continue
+            n = len(chat.chunks[h.chunk].tokens)
+        else:
+            n = chat.lib.disk.meta(f"{h.owner}:{h.chunk}").n_tokens
+        if spent + n <= budget:
+            chosen.append((h.owner, h.chunk, n))
+            spent += n
+        if len(chosen) >= MAX_RECALLED:
+            break
+    seconds = time.perf_counter() - t0
+    rank = {d.owner: i for i, d in enumerate(chat.docs)}
+    doc_hits = sorted((rank[o], i) for o, i, _ in chosen if o != chat.s.owner)
+    mine = sorted(i for o, i, _ in chosen if o == chat.s.owner)
+    pages = [system]
+    labels = []
+    for r, i in doc_hits:
+        pages.append(chat.page(f"{chat.docs[r].owner}:{i}"))
+        labels.append(f"{chat.docs[r].name} chunk {i}")
+    for i in mine:
+        pages.append(chat.page(chat.s.key(i)))
+        labels.append(_label(chat.chunks[i]))
+    pages += [chat.page(chat.s.key(c.idx)) for c in recent]
+    return pages, labels, seconds
