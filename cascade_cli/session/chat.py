@@ -206,11 +206,10 @@ class ChatSession:
         self.count(placed)
         stats.layout_s = placed.seconds
         stats.paged_out = placed.dropped
-        new = [lab for p, lab in zip(pages[1 : len(labels) + 1], labels, strict=True)
-               if p.key not in before]  # fmt: skip
-        stats.recalled = labels
+        new = [label for key, label in labels.items() if key not in before]
+        stats.recalled = list(labels.values())
         if new:
-            self.notify("recalled " + ", ".join(labels))
+            self.notify("recalled " + ", ".join(labels.values()))
         start = self.pages.win.end
         try:
             t1 = time.perf_counter()

@@ -29,14 +29,28 @@ def _label(chunk: Chunk) -> str:
     return f"turn {chunk.turn}" if chunk.turn else "system prompt"
 
 
-def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], list[str], float]:
-    """The layout for the next message: (pages, labels of recalled chunks, recall seconds)."""
+def _frame(chat: ChatSession, key: str, tokens: list[int]) -> Page:
+    """Template tokens around a document's excerpts (decoded when placed, never stored)."""
+    return Page(key, tokens)
+
+
+def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str, str], float]:
+    """The layout for the next message: (pages, labels of recalled chunks by key, seconds
+    recall took)."""
     system = chat.page(chat.s.key(0))
     turns = [c for i, c in sorted(chat.chunks.items()) if i]
     free = chat.window - system.n - need - chat.reserve
     if sum(len(c.tokens) for c in turns) <= free and not chat.docs:
-        return [system] + [chat.page(chat.s.key(c.idx)) for c in turns], [], 0.0
+        return [system] + [chat.page(chat.s.key(c.idx)) for c in turns], {}, 0.0
     budget = int(chat.window * RECALL_SHARE)
+    frames = {
+        d.owner: (
+            chat.tpl.special(chat.tpl.user_open)
+            + chat.tpl.plain(f"Excerpts from the document {d.name}:\n\n"),
+            chat.tpl.special(chat.tpl.user_close),
+        )
+        for d in chat.docs
+    }
     room = free - budget
     recent: list[Chunk] = []
     used = 0
@@ -61,6 +75,8 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], list[str]
             n = len(chat.chunks[h.chunk].tokens)
         else:
             n = chat.lib.disk.meta(f"{h.owner}:{h.chunk}").n_tokens
+            if not any(o == h.owner for o, _, _ in chosen):
+                n += sum(len(t) for t in frames[h.owner])
         if spent + n <= budget:
             chosen.append((h.owner, h.chunk, n))
             spent += n
@@ -71,12 +87,20 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], list[str]
     doc_hits = sorted((rank[o], i) for o, i, _ in chosen if o != chat.s.owner)
     mine = sorted(i for o, i, _ in chosen if o == chat.s.owner)
     pages = [system]
-    labels = []
-    for r, i in doc_hits:
-        pages.append(chat.page(f"{chat.docs[r].owner}:{i}"))
-        labels.append(f"{chat.docs[r].name} chunk {i}")
+    labels: dict[str, str] = {}
+    for r, doc in enumerate(chat.docs):
+        idxs = [i for rr, i in doc_hits if rr == r]
+        if not idxs:
+            continue
+        opening, closing = frames[doc.owner]
+        pages.append(_frame(chat, f"frame:{doc.owner}:open", opening))
+        for i in idxs:
+            page = chat.page(f"{doc.owner}:{i}")
+            pages.append(page)
+            labels[page.key] = f"{doc.name} chunk {i}"
+        pages.append(_frame(chat, f"frame:{doc.owner}:close", closing))
     for i in mine:
         pages.append(chat.page(chat.s.key(i)))
-        labels.append(_label(chat.chunks[i]))
+        labels[chat.s.key(i)] = _label(chat.chunks[i])
     pages += [chat.page(chat.s.key(c.idx)) for c in recent]
     return pages, labels, seconds

@@ -28,7 +28,7 @@ class Template:
     header: str  # opens the assistant's reply
     reply_close: str
 
-    def _special(self, text: str, first: bool = False) -> list[int]:
+    def special(self, text: str, first: bool = False) -> list[int]:
         return self.model.tokenize(text, add_special=first, parse_special=True) if text else []
 
     def plain(self, text: str) -> list[int]:
@@ -36,28 +36,28 @@ class Template:
 
     def system(self, text: str) -> list[int]:
         """Chunk 0: BOS (if the model wants one) and the rendered system message."""
-        return self._special(self.sys_open, True) + self.plain(text) + self._special(self.sys_close)
+        return self.special(self.sys_open, True) + self.plain(text) + self.special(self.sys_close)
 
     def user(self, text: str) -> list[int]:
         """A user message followed by the reply header: what is decoded before a reply."""
         return (
-            self._special(self.user_open)
+            self.special(self.user_open)
             + self.plain(text)
-            + self._special(self.user_close + self.header)
+            + self.special(self.user_close + self.header)
         )
 
     def user_parts(self, text: str) -> tuple[list[int], list[int], list[int]]:
         """(opening, text, closing + header) token ids of a user message (long messages are
         paged through in pieces)."""
         return (
-            self._special(self.user_open),
+            self.special(self.user_open),
             self.plain(text),
-            self._special(self.user_close + self.header),
+            self.special(self.user_close + self.header),
         )
 
     def close(self) -> list[int]:
         """Tokens that end a reply (decoded after the end-of-generation token is sampled)."""
-        return self._special(self.reply_close)
+        return self.special(self.reply_close)
 
 
 def _split(rendered: str) -> tuple[str, str]:
