@@ -59,6 +59,7 @@ class TurnStats:
     tokens_per_s: float = 0.0
     recalled: list[str] = field(default_factory=list)
     paged_out: int = 0
+    paged_in: int = 0
 
 
 @dataclass
@@ -206,6 +207,7 @@ class ChatSession:
         self.count(placed)
         stats.layout_s = placed.seconds
         stats.paged_out = placed.dropped
+        stats.paged_in = sum(placed.tiers.values())
         new = [label for key, label in labels.items() if key not in before]
         stats.recalled = list(labels.values())
         if new:

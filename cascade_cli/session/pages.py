@@ -4,7 +4,8 @@ The session's window is a sequence of chunks at consecutive positions: the syste
 recalled chunks, then the recent turns. Moving to a new layout drops the chunks that leave (the
 cells after them slide down) and inserts the ones that come in at their final positions (the
 cells after them move up; Window.place re-positions the stored state). Every chunk that stays
-is a window hit and costs nothing. A chunk the store cannot serve — missing, failing its
+is a window hit and costs nothing; a placed chunk's decoded state is not also kept in the RAM
+tier (the window holds it; the disk and the page cache serve it again when it is recalled). A chunk the store cannot serve — missing, failing its
 checksum, made by another model or for other tokens — is recomputed from its token ids at the
 window's end (seeing the whole window before it) and moved into place.
 """
@@ -134,6 +135,7 @@ class Pages:
         if self._usable(p):
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at)
+                self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed
                 return tier
             except (NotFoundError, CorruptChunkError):
                 pass  # recompute below: never serve bad bytes
