@@ -22,7 +22,8 @@ def home(name: str) -> Path:
     if path.exists():
         subprocess.run(["rm", "-rf", str(path)], check=True)
     (path / "models").mkdir(parents=True)
-    (path / "models" / MODEL.name).symlink_to(MODEL)
+    for pulled in MODEL.parent.glob("*.gguf"):  # the chat model and the recall embedder
+        (path / "models" / pulled.name).symlink_to(pulled)
     return path
 
 

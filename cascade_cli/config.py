@@ -16,6 +16,7 @@ from cascade_cli.errors import ConfigError
 
 COMPRESSIONS = ("none", "q8", "q4", "q2")
 FLASH_ATTN = ("auto", "on", "off")
+RECALL = ("hybrid", "bm25", "semantic")
 
 _UNITS = {
     "": 1,
@@ -113,6 +114,8 @@ class Settings:
     block_size: int = 512
     compression: str = "q4"
     flash_attn: str = "auto"
+    recall: str = "hybrid"
+    embed_model: str = "minilm-l6"
 
     @property
     def n_threads(self) -> int:
@@ -145,6 +148,18 @@ def _coerce(key: str, value: Any) -> Any:
         text = str(value).lower()
         if text not in FLASH_ATTN:
             raise ConfigError(f"invalid flash_attn {value!r}", "Use auto, on or off.")
+        return text
+    if key == "recall":
+        text = str(value).lower()
+        if text not in RECALL:
+            raise ConfigError(f"unknown recall {value!r}", f"Use one of: {', '.join(RECALL)}.")
+        return text
+    if key == "embed_model":
+        text = str(value).strip()
+        if not text:
+            raise ConfigError(
+                "empty embed_model setting", "Name a registered embedding model, a .gguf, or none."
+            )
         return text
     if key == "disk_cache_path":
         return Path(str(value)).expanduser()

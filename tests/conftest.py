@@ -41,11 +41,12 @@ def model(model_path: Path) -> Iterator[object]:
 
 @pytest.fixture()
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path) -> Path:
-    """An isolated CASCADE_HOME whose models/ already holds the default model (a symlink)."""
+    """An isolated CASCADE_HOME whose models/ already holds the pulled models (symlinks)."""
     monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
     for key in list(os.environ):
         if key.startswith("CASCADE_") and key != "CASCADE_HOME":
             monkeypatch.delenv(key)
     (tmp_path / "models").mkdir()
-    (tmp_path / "models" / model_path.name).symlink_to(model_path)
+    for pulled in model_path.parent.glob("*.gguf"):  # the default model and any pulled embedder
+        (tmp_path / "models" / pulled.name).symlink_to(pulled)
     return tmp_path

@@ -10,13 +10,12 @@ from typing import Annotated
 import typer
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.library import Library
-from cascade_cli.recall import RECALL_MODES
 
 
 def ask_cmd(
@@ -24,13 +23,18 @@ def ask_cmd(
     question: Annotated[str, typer.Argument(help="The question.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     top_k: Annotated[
-        int, typer.Option("--top-k", help="Best-matching chunks to page in.", min=1)
-    ] = 1,
+        int,
+        typer.Option(
+            "--top-k",
+            help="Most distinct hits to page in (0 = as many as fit the window).",
+            min=0,
+        ),
+    ] = 0,
     neighbors: Annotated[
         int,
         typer.Option(
             "--neighbors",
-            help="Chunks added on each side of every hit (answers that straddle a boundary).",
+            help="Chunks added beyond a hit whose best passage touches its chunk's edge.",
             min=0,
         ),
     ] = 1,
@@ -46,7 +50,8 @@ def ask_cmd(
             min=0.0,
         ),
     ] = 1.0,
-    recall: Annotated[str, typer.Option("--recall", help="bm25, keys or hybrid.")] = "bm25",
+    recall: opt.RecallMode = None,
+    embed_model: opt.EmbedModel = None,
     gpu_cache_size: opt.GpuCacheSize = None,
     memory_cache_size: opt.MemoryCacheSize = None,
     disk_cache_path: opt.DiskCachePath = None,
@@ -56,8 +61,6 @@ def ask_cmd(
     flash_attn: opt.FlashAttn = None,
 ) -> None:
     """Answer a question about an ingested document."""
-    if recall not in RECALL_MODES:
-        raise InputError(f"unknown recall {recall!r}", f"Use one of: {', '.join(RECALL_MODES)}.")
     if not question.strip():
         raise InputError("the question is empty", "Ask something.")
     cfg = settings(
@@ -69,6 +72,8 @@ def ask_cmd(
             gpu_layers=gpu_layers,
             threads=threads,
             flash_attn=flash_attn,
+            recall=recall,
+            embed_model=embed_model,
         )
     )
     sampling = SamplerSettings(
@@ -79,8 +84,9 @@ def ask_cmd(
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,
-        Library(cfg, ctx) as lib,
+        Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
     ):
+        lib.recall.preload()
         document = lib.find(doc)
         result = AskResult(doc=document.name)
         stream = ask(
@@ -90,11 +96,12 @@ def ask_cmd(
             question,
             result,
             window=cfg.gpu_cache_size,
-            mode=recall,
+            mode=cfg.recall,
             top_k=top_k,
             neighbors=neighbors,
             max_tokens=max_tokens,
             sampling=sampling,
+            notice=lambda text: err.print(f"[dim]{text}[/dim]"),
         )
         for piece in stream:
             if not as_json:

@@ -16,7 +16,7 @@ from rich.progress import (
 )
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.errors import InputError
 from cascade_cli.paging.ingest import IngestStatus, ingest
@@ -78,8 +78,10 @@ def ingest_cmd(
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
     flash_attn: opt.FlashAttn = None,
+    embed_model: opt.EmbedModel = None,
 ) -> None:
-    """Ingest files into the store; an interrupted ingest resumes when run again."""
+    """Ingest files into the store (KV chunks, and passages indexed and embedded for recall);
+    an interrupted ingest resumes when run again."""
     if name and len(files) > 1:
         raise InputError(
             "--name needs exactly one file", "Ingest files one at a time to name them."
@@ -99,12 +101,13 @@ def ingest_cmd(
             gpu_layers=gpu_layers,
             threads=threads,
             flash_attn=flash_attn,
+            embed_model=embed_model,
         )
     )
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size) as ctx,
-        Library(cfg, ctx) as lib,
+        Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
     ):
         if lib.disk.repair_report.repaired:
             err.print(f"[yellow]store repaired:[/yellow] {lib.disk.repair_report.summary()}")

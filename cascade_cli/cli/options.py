@@ -47,3 +47,17 @@ DiskCacheBudget = Annotated[
     str | None,
     typer.Option("--disk-cache-budget", help="Cap on the disk tier (0 = none), e.g. 20GB."),
 ]
+
+
+RecallMode = Annotated[
+    str | None,
+    typer.Option(
+        "--recall", help="How chunks are recalled: hybrid (BM25 + embeddings), bm25 or semantic."
+    ),
+]
+EmbedModel = Annotated[
+    str | None,
+    typer.Option(
+        "--embed-model", help="Sentence-embedding model for recall (registry name, .gguf, none)."
+    ),
+]

@@ -22,7 +22,12 @@ from cascade_cli.engine import Context, Model, set_verbose
 from cascade_cli.registry import Progress as ProgressFn
 from cascade_cli.registry import resolve_model
 
-_LABELS = {"download": "downloading", "extract": "extracting", "verify": "verifying"}
+_LABELS = {
+    "download": "downloading",
+    "extract": "extracting",
+    "verify": "verifying",
+    "convert": "converting to GGUF",
+}
 
 
 @contextmanager
@@ -58,6 +63,14 @@ def model_path(settings: Settings) -> Path:
     """Resolve settings.model to a local file, pulling a registry model on first use."""
     with pull_progress(settings.model) as update:
         return resolve_model(settings.model, update)
+
+
+def embed_path(settings: Settings) -> Path | None:
+    """Resolve settings.embed_model (pulled on first use), or None when recall is BM25 only."""
+    if settings.embed_model.lower() == "none" or settings.recall == "bm25":
+        return None
+    with pull_progress(settings.embed_model) as update:
+        return resolve_model(settings.embed_model, update)
 
 
 @contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +14,14 @@ from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
 from cascade_cli.paging.sink import place_sink, sink_key
-from cascade_cli.paging.window import SCRATCH_SEQ, Window
-from cascade_cli.recall import choose
-from cascade_cli.recall.keys import summarize
+from cascade_cli.paging.window import Window
+from cascade_cli.recall import fill
+
+Notice = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    return None
 
 
 @dataclass
@@ -30,15 +35,28 @@ class AskResult:
     answer: str = ""
 
 
-def question_summary(ctx: Context, question: str) -> bytes:
-    """Decode the question alone in the scratch sequence and summarise its keys."""
-    toks = ctx.model.tokenize(question)
-    ctx.seq_rm(SCRATCH_SEQ)
-    ctx.decode(toks, 0, SCRATCH_SEQ, logits="none")
-    try:
-        return summarize(ctx.state_get(SCRATCH_SEQ), ctx.model.rope())
-    finally:
-        ctx.seq_rm(SCRATCH_SEQ)
+def ensure_indexed(
+    ctx: Context, lib: Library, doc: catalog.Document, notice: Notice = _quiet
+) -> None:
+    """Give a document ingested before passage recall (or whose recall rows a crash lost) its
+    passages, from the chunks' stored token ids, and embed what is not embedded — saying so."""
+    have = lib.recall.indexed(doc.owner)
+    if len(have) < doc.chunks:
+        notice(
+            f"indexing {doc.chunks - len(have)} chunks of '{doc.name}' for passage recall "
+            "(once: it was ingested before passage recall)"
+        )
+        chars = 0
+        for meta in sorted(lib.disk.chunks(doc.owner), key=lambda m: m.index):
+            text = ctx.model.detokenize(meta.tokens.tolist())
+            if meta.index not in have:
+                lib.recall.index(doc.owner, meta.index, text, chars)
+            chars += len(text)
+    if lib.recall.semantic:
+        lib.recall.flush()
+        pending = lib.recall.pending([doc.owner])
+        if pending > 32:
+            notice(f"embedding {pending} passages of '{doc.name}' for semantic recall (once)")
 
 
 def plan(
@@ -52,7 +70,9 @@ def plan(
     reserve: int,
     neighbors: int = 1,
 ) -> tuple[list[int], list[int]]:
-    """(chunk indices to page in, question tokens) sized to fit the window with `reserve` left."""
+    """(chunk indices to page in, in document order; question tokens) sized to fit the window
+    with `reserve` left: the best distinct hits (at most `top_k` when > 0) and, where a hit's
+    best passage touches its chunk's edge, up to `neighbors` chunks beyond it."""
     fr = frame(ctx.model)
     q = question_tokens(ctx.model, fr, question)
     room = window - len(fr.prefix) - len(q) - reserve
@@ -63,19 +83,20 @@ def plan(
             f"after the prompt, the question and {reserve} answer tokens",
             "Raise --gpu-cache-size or lower --max-tokens.",
         )
-    chosen = choose(
-        lib.conn,
-        doc.id,
-        doc.chunks,
-        question,
-        mode,
-        top_k,
+    hits = lib.recall.search([doc.owner], question, mode)
+    counts = lib.recall.passage_counts(doc.owner)
+    chosen = fill(
+        hits,
         budget,
-        lambda: question_summary(ctx, question),
-        ctx.model.head_dim_k,
-        neighbors,
+        lambda owner: doc.chunks,
+        lambda owner, chunk: counts.get(chunk, 1),
+        max_hits=top_k,
+        neighbors=neighbors,
     )
-    return chosen, q
+    indices = sorted(c for _, c in chosen)
+    if not indices:  # nothing matched: the opening chunks
+        indices = list(range(min(doc.chunks, budget)))
+    return indices, q
 
 
 def ask(
@@ -86,21 +107,25 @@ def ask(
     result: AskResult,
     *,
     window: int,
-    mode: str = "bm25",
-    top_k: int = 1,
+    mode: str = "hybrid",
+    top_k: int = 0,
     neighbors: int = 1,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
+    notice: Notice = _quiet,
 ) -> Iterator[str]:
     """Stream the answer; `result` is filled with chunks and timings as it goes.
 
     Answers quote the document, so no repeat penalty by default: with llama.cpp's usual 1.1 the
     needle benchmark's keys 86387 and 27455 came out as 86392 and 27456 (a repeated digit
     penalised); without it, 86387 and 27455."""
+    ensure_indexed(ctx, lib, doc, notice)
     t0 = time.perf_counter()
     reserve = min(max_tokens, 256)
-    win = Window(ctx, window)  # empties the window and scratch before recall uses scratch
+    win = Window(ctx, window)
+    t_recall = time.perf_counter()
     chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve, neighbors)
+    t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
     try:
         metas = [lib.disk.meta(k) for k in keys]
@@ -154,6 +179,7 @@ def ask(
     result.answer = "".join(pieces)
     result.timings = {
         "ttft_s": round(first or total, 4),
+        "recall_s": round(t_recall, 4),
         "restore_s": round(t_restore, 4),
         "restored_tokens": restored,
         "prefill_tokens": len(q) + recomputed + (len(prefix) if sink_tier == "recomputed" else 0),

@@ -1,4 +1,4 @@
-"""Documents in the store's index: versions, ingest status, chunk text (FTS5) and key summaries."""
+"""Documents in the store's index: versions and ingest status (their text is in recall's index)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade_cli.errors import NotFoundError
+from cascade_cli.recall import index as recall_index
 from cascade_cli.store import DiskStore, register_migrations
 
 
@@ -52,7 +53,15 @@ def m003_chunk_keys(conn: sqlite3.Connection) -> None:
     )
 
 
-register_migrations("docs", [m001_documents, m002_chunk_text, m003_chunk_keys])
+def m004_passages(conn: sqlite3.Connection) -> None:
+    """Chunk text moved to recall's per-document passage index; key summaries removed (they
+    recalled the needle 0/20). Documents from before are re-indexed from their stored token ids
+    on their first `ask` (or by re-ingesting)."""
+    conn.execute("DROP TABLE IF EXISTS chunk_text")
+    conn.execute("DROP TABLE IF EXISTS chunk_keys")
+
+
+register_migrations("docs", [m001_documents, m002_chunk_text, m003_chunk_keys, m004_passages])
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,9 @@ def sweep(disk: DiskStore) -> int:
             ).fetchall()
         ]
         known = {f"doc:{i}" for (i,) in conn.execute("SELECT id FROM documents")}
+        for (owner,) in conn.execute("SELECT owner FROM recall_corpora").fetchall():
+            if owner.startswith("doc:") and owner not in known:
+                recall_index.forget(conn, owner)
     freed = sum(remove(disk, d) for d in stale)
     for owner in disk.owners():
         if owner.startswith("doc:") and owner not in known:
@@ -194,38 +206,6 @@ def create(conn: sqlite3.Connection, **fields: Any) -> Document:
     return _doc(row)
 
 
-def add_chunk_text(
-    conn: sqlite3.Connection,
-    doc: Document,
-    idx: int,
-    text: str,
-    char_start: int,
-    char_end: int,
-    replace: bool = False,
-) -> None:
-    """Index one chunk's text (`replace`: drop an earlier row for it first — a full scan)."""
-    if replace:
-        conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx = ?", (doc.id, idx))
-    conn.execute(
-        "INSERT INTO chunk_text (text, doc_id, idx, char_start, char_end) VALUES (?, ?, ?, ?, ?)",
-        (text, doc.id, idx, char_start, char_end),
-    )
-
-
-def indexed(conn: sqlite3.Connection, doc: Document) -> set[int]:
-    """Chunk indices that have both their text and their key summary rows."""
-    text = {i for (i,) in conn.execute("SELECT idx FROM chunk_text WHERE doc_id = ?", (doc.id,))}
-    keys = {i for (i,) in conn.execute("SELECT idx FROM chunk_keys WHERE doc_id = ?", (doc.id,))}
-    return text & keys
-
-
-def add_summary(conn: sqlite3.Connection, doc: Document, idx: int, summary: bytes) -> None:
-    conn.execute(
-        "INSERT OR REPLACE INTO chunk_keys (doc_id, idx, summary) VALUES (?, ?, ?)",
-        (doc.id, idx, summary),
-    )
-
-
 def progress(conn: sqlite3.Connection, doc: Document, tokens: int, chunks: int, chars: int) -> None:
     """Record how far an ingest got (committed with the chunk's text)."""
     conn.execute(
@@ -241,7 +221,6 @@ def finish(conn: sqlite3.Connection, doc: Document) -> None:
 
 
 def forget(conn: sqlite3.Connection, doc: Document) -> None:
-    """Remove a version's catalog rows (its chunks are deleted through the store)."""
-    conn.execute("DELETE FROM chunk_text WHERE doc_id = ?", (doc.id,))
-    conn.execute("DELETE FROM chunk_keys WHERE doc_id = ?", (doc.id,))
+    """Remove a version's catalog and recall rows (its chunks are deleted through the store)."""
+    recall_index.forget(conn, doc.owner)
     conn.execute("DELETE FROM documents WHERE id = ?", (doc.id,))

@@ -24,7 +24,6 @@ from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.sliding import SlidingWriter
-from cascade_cli.recall.keys import summarize
 from cascade_cli.store import ChunkMeta
 
 _PIECE = 16_384  # characters tokenized at a time (split at paragraph boundaries)
@@ -155,17 +154,6 @@ def start_version(
     return doc, False
 
 
-def _reindex(
-    lib: Library, writer: SlidingWriter, doc: catalog.Document, meta: ChunkMeta, chars: int
-) -> None:
-    """Index a committed chunk whose text/summary rows were lost to a crash between commits."""
-    text = writer.ctx.model.detokenize(meta.tokens.tolist())
-    summary = summarize(lib.pager.get(meta.key), writer.rope)
-    with lib.disk.transaction() as conn:
-        catalog.add_chunk_text(conn, doc, meta.index, text, chars, chars + len(text), replace=True)
-        catalog.add_summary(conn, doc, meta.index, summary)
-
-
 def ingest(
     ctx: Context,
     lib: Library,
@@ -191,19 +179,18 @@ def ingest(
         return doc
     writer = SlidingWriter(ctx, lib, doc)
     done = _committed(lib, doc)
-    with lib.disk.transaction() as conn:
-        conn.execute("DELETE FROM chunk_text WHERE doc_id = ? AND idx >= ?", (doc.id, len(done)))
-        conn.execute("DELETE FROM chunk_keys WHERE doc_id = ? AND idx >= ?", (doc.id, len(done)))
-        missing = set(range(len(done))) - catalog.indexed(conn, doc)
+    lib.recall.drop_from(doc.owner, len(done))
+    missing = set(range(len(done))) - lib.recall.indexed(doc.owner)
     t0 = time.perf_counter()
     stored = sum(m.nbytes for m in done)
     chars_done = 0
     idx = -1
     for idx, (toks, consumed) in enumerate(chunks(ctx, text, cfg.block_size)):
         if idx < len(done):
-            if idx in missing:
-                _reindex(lib, writer, doc, done[idx], chars_done)
-            chars_done += len(ctx.model.detokenize(toks))
+            text = ctx.model.detokenize(toks)
+            if idx in missing:  # its recall rows were lost to a crash between commits
+                lib.recall.index(doc.owner, idx, text, chars_done)
+            chars_done += len(text)
             if idx == len(done) - 1:
                 writer.rebuild(done, chars_done)
             continue
@@ -221,6 +208,7 @@ def ingest(
             )
         )
     lib.pager.flush()
+    lib.recall.flush()
     with lib.disk.transaction() as conn:
         catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir
+from cascade_cli.engine.embed import Embedder
 from cascade_cli.errors import FingerprintMismatchError
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
+from cascade_cli.recall import Recall
+from cascade_cli.registry import resolve_model
 from cascade_cli.store import DiskStore, Pager, RamCache
 
 
@@ -31,10 +36,17 @@ class _Decode:
 
 
 class Library:
-    """Owns the DiskStore, RamCache and Pager for a context's fingerprint; close() flushes."""
+    """Owns the DiskStore, RamCache, Pager and Recall for a context's fingerprint; close()
+    flushes. `embed_path`: the embedding model (resolved from settings when not given; none
+    when settings say BM25 only)."""
 
     def __init__(
-        self, settings: Settings, ctx: Context, timeout: float = 5.0, any_model: bool = False
+        self,
+        settings: Settings,
+        ctx: Context,
+        timeout: float = 5.0,
+        embed_path: Path | None = None,
+        any_model: bool = False,
     ) -> None:
         """`any_model`: open a store created with another model too (chat sessions record the
         fingerprint of every chunk they write and restore only their own model's); documents
@@ -59,6 +71,14 @@ class Library:
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
         self.pager = Pager(self.disk, self.ram, _encode, _Decode(rope), writers=1, writer_nice=10)
+        self.embedder_factory: Callable[[], Embedder] | None = None
+        wanted = settings.embed_model.lower() != "none" and settings.recall != "bm25"
+        if embed_path is None and wanted:
+            embed_path = resolve_model(settings.embed_model)
+        if embed_path is not None:
+            path = embed_path
+            self.embedder_factory = lambda: Embedder(path, threads=1)
+        self.recall = Recall(self)
 
     @property
     def conn(self) -> Any:
@@ -68,13 +88,18 @@ class Library:
         return catalog.find(self.disk.conn, ref)
 
     def remove(self, doc: catalog.Document) -> int:
-        """Delete a document version (catalog rows, then chunks) and its RAM-tier states."""
+        """Delete a document version (catalog and recall rows, then chunks) and its RAM-tier
+        states."""
         self.ram.discard_prefix(doc.owner + ":")
+        self.recall.flush()
         return catalog.remove(self.disk, doc)
 
     def close(self) -> None:
         try:
-            self.pager.close()
+            try:
+                self.recall.close()
+            finally:
+                self.pager.close()
         finally:
             self.disk.close()
 

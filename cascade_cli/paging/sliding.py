@@ -13,7 +13,6 @@ from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.sink import save_sink
 from cascade_cli.paging.window import Window
-from cascade_cli.recall.keys import summarize
 from cascade_cli.store import ChunkMeta
 
 
@@ -24,7 +23,6 @@ class SlidingWriter:
         self.ctx = ctx
         self.lib = lib
         self.doc = doc
-        self.rope = ctx.model.rope()
         self.win = Window(ctx, doc.window)
         prefix = frame(ctx.model).prefix
         self.win.append(prefix)
@@ -48,7 +46,7 @@ class SlidingWriter:
         self.chars_done = chars_done
 
     def add(self, idx: int, toks: Sequence[int]) -> str:
-        """Decode chunk `idx`, queue its KV for saving, index its text and key summary."""
+        """Decode chunk `idx`, queue its KV for saving, index its text for recall."""
         win, doc = self.win, self.doc
         while win.room() < len(toks):
             win.drop(self.p0, self.p0 + self.live.popleft())
@@ -68,14 +66,10 @@ class SlidingWriter:
             scheme=doc.scheme,
             pinned=True,
         )
-        summary = summarize(blob, self.rope)
         self.last_nbytes = int(blob.nbytes)
         self.lib.pager.save(meta, blob)
+        self.lib.recall.index(doc.owner, idx, text, self.chars_done)
         with self.lib.disk.transaction() as conn:
-            catalog.add_chunk_text(
-                conn, doc, idx, text, self.chars_done, self.chars_done + len(text)
-            )
-            catalog.add_summary(conn, doc, idx, summary)
             catalog.progress(
                 conn, doc, self.tokens_done + len(toks), idx + 1, self.chars_done + len(text)
             )

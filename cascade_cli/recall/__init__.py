@@ -1,5 +1,7 @@
-"""Choosing which chunks of a document to page into the window for a question."""
+"""Choosing which chunks to page into the window: passage-level BM25 (FTS5, per corpus), sentence
+embeddings, reciprocal-rank fusion, and filling a window's budget with the hits."""
 
-from cascade_cli.recall.select import RECALL_MODES, choose
+from cascade_cli.recall.select import Hit, fill, fuse
+from cascade_cli.recall.service import MODES, Recall
 
-__all__ = ["RECALL_MODES", "choose"]
+__all__ = ["MODES", "Hit", "Recall", "fill", "fuse"]

@@ -1,9 +1,15 @@
-"""BM25 recall over chunk text with SQLite FTS5."""
+"""Lexical recall: BM25 over one corpus's passages (SQLite FTS5), with phrase and proximity
+evidence, so a passage that holds the question's words together outranks one that repeats a
+topic word many times."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sqlite3
+from dataclasses import dataclass
+
+from cascade_cli.recall import index
 
 STOPWORDS = frozenset(
     [
@@ -69,26 +75,64 @@ STOPWORDS = frozenset(
 )
 
 
+def words(text: str) -> list[str]:
+    """Lower-cased words of a text, in order."""
+    return re.findall(r"\w+", text.lower())
+
+
 def query_terms(text: str) -> list[str]:
     """Content words of a question, lower-cased and de-duplicated in order."""
     seen: dict[str, None] = {}
-    for word in re.findall(r"\w+", text.lower()):
+    for word in words(text):
         if word not in STOPWORDS and len(word) > 1:
             seen.setdefault(word, None)
     return list(seen)
 
 
-def bm25(
-    conn: sqlite3.Connection, doc_id: int, question: str, limit: int
-) -> list[tuple[int, float]]:
-    """(chunk index, score) best first; higher score is better."""
+def _quote(*toks: str) -> str:
+    return '"' + " ".join(t.replace('"', '""') for t in toks) + '"'
+
+
+def fts_query(question: str) -> str:
+    """An FTS5 expression: each content word, each adjacent word pair of the question that is
+    not two stopwords (as a phrase), and all content words NEAR each other; any of them matches.
+    BM25 weighs each phrase by its rarity, so a passage holding the question's phrasing scores
+    far above one that only repeats its commonest word."""
     terms = query_terms(question)
-    if not terms:
+    parts = [_quote(t) for t in terms]
+    ws = words(question)
+    pairs: dict[str, None] = {}
+    for a, b in itertools.pairwise(ws):
+        if not (a in STOPWORDS and b in STOPWORDS):
+            pairs.setdefault(_quote(a, b), None)
+    parts += [p for p in pairs if p not in parts]
+    if len(terms) >= 2:
+        near = " ".join(_quote(t) for t in terms[:8])
+        parts.append(f"NEAR({near}, {8 + 2 * len(terms[:8])})")
+    return " OR ".join(parts)
+
+
+@dataclass(frozen=True)
+class PassageHit:
+    """A scored passage of a corpus (higher score is better)."""
+
+    owner: str
+    chunk: int
+    pidx: int
+    score: float
+
+
+def search(
+    conn: sqlite3.Connection, owner: str, question: str, limit: int = 64
+) -> list[PassageHit]:
+    """Best passages of `owner` for `question`, best first (BM25 over that corpus only)."""
+    cid = index.corpus_id(conn, owner)
+    if cid is None or not query_terms(question):
         return []
-    match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    table = index.fts_table(cid)
     rows = conn.execute(
-        "SELECT idx, -bm25(chunk_text) AS score FROM chunk_text"
-        " WHERE chunk_text MATCH ? AND doc_id = ? ORDER BY score DESC LIMIT ?",
-        (match, doc_id, limit),
+        f"SELECT chunk, pidx, -bm25({table}) AS score FROM {table}"
+        f" WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?",
+        (fts_query(question), limit),
     ).fetchall()
-    return [(int(i), float(s)) for i, s in rows]
+    return [PassageHit(owner, int(c), int(i), float(s)) for c, i, s in rows]

@@ -1,62 +1,85 @@
-"""Combine BM25 and key-based rankings, add neighbours, and fit the result to the window."""
+"""Fuse passage rankings into chunk hits, and fill a window's recall budget with them."""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from cascade_cli.recall import keys, lexical
+from cascade_cli.recall.lexical import PassageHit
 
-RECALL_MODES = ("bm25", "keys", "hybrid")
-
-
-def _fuse(rankings: list[list[tuple[int, float]]]) -> list[int]:
-    """Interleave best-first rankings (first of each, then second of each, …), de-duplicated.
-
-    Rank fusion that rewards agreement (e.g. reciprocal-rank) demoted a strong single-method
-    hit below chunks both methods ranked middling; interleaving keeps each method's best.
-    """
-    order: list[int] = []
-    for rank in range(max((len(r) for r in rankings), default=0)):
-        for ranking in rankings:
-            if rank < len(ranking) and ranking[rank][0] not in order:
-                order.append(ranking[rank][0])
-    return order
+#: Reciprocal-rank fusion constant (Cormack et al. use 60; smaller trusts top ranks more).
+RRF_K = 20
 
 
-def choose(
-    conn: sqlite3.Connection,
-    doc_id: int,
-    n_chunks: int,
-    question: str,
-    mode: str,
-    top_k: int,
+@dataclass(frozen=True)
+class Hit:
+    """A chunk worth paging in: its fused score, best passage and the methods that found it."""
+
+    owner: str
+    chunk: int
+    score: float
+    passage: int
+    via: tuple[str, ...]
+
+
+def by_chunk(ranking: Sequence[PassageHit]) -> list[PassageHit]:
+    """The best passage of each chunk, in the ranking's order (a chunk ranks by its best)."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for h in ranking:
+        if (h.owner, h.chunk) not in seen:
+            seen.add((h.owner, h.chunk))
+            out.append(h)
+    return out
+
+
+def fuse(rankings: Mapping[str, Sequence[PassageHit]], k: int = RRF_K) -> list[Hit]:
+    """Reciprocal-rank fusion of chunk rankings; each method's own top chunk goes first (in
+    fused order), so one method's strong hit — an exact rare word, a paraphrase — is never
+    crowded out by chunks both methods ranked middling."""
+    score: dict[tuple[str, int], float] = {}
+    best: dict[tuple[str, int], tuple[int, int]] = {}  # rank, passage
+    via: dict[tuple[str, int], list[str]] = {}
+    tops: set[tuple[str, int]] = set()
+    for name, ranking in rankings.items():
+        for r, h in enumerate(by_chunk(ranking)):
+            key = (h.owner, h.chunk)
+            score[key] = score.get(key, 0.0) + 1.0 / (k + r + 1)
+            via.setdefault(key, []).append(name)
+            if key not in best or r < best[key][0]:
+                best[key] = (r, h.pidx)
+            if r == 0:
+                tops.add(key)
+    order = sorted(score, key=lambda key: -score[key])
+    order = [key for key in order if key in tops] + [key for key in order if key not in tops]
+    return [Hit(o, c, score[(o, c)], best[(o, c)][1], tuple(via[(o, c)])) for o, c in order]
+
+
+def fill(
+    hits: Sequence[Hit],
     budget: int,
-    question_summary: Callable[[], bytes] | None,
-    head_dim: int,
+    n_chunks: Callable[[str], int],
+    n_passages: Callable[[str, int], int],
+    max_hits: int = 0,
     neighbors: int = 1,
-) -> list[int]:
-    """Chunk indices in document order: the top_k hits, then up to `neighbors` chunks on each
-    side of every hit (following ones first), at most `budget` chunks in all."""
-    rankings: list[list[tuple[int, float]]] = []
-    if mode in ("bm25", "hybrid"):
-        rankings.append(lexical.bm25(conn, doc_id, question, limit=max(top_k * 4, 16)))
-    if mode in ("keys", "hybrid") and question_summary is not None:
-        rows = conn.execute(
-            "SELECT idx, summary FROM chunk_keys WHERE doc_id = ? ORDER BY idx", (doc_id,)
-        ).fetchall()
-        ranked = keys.rank(question_summary(), [(int(i), bytes(s)) for i, s in rows], head_dim)
-        rankings.append(ranked[: max(top_k * 4, 16)])
-    order = _fuse(rankings) if rankings else []
-    if not order:
-        order = list(range(min(n_chunks, budget)))  # nothing matched: the opening chunks
-    hits = order[:top_k]
-    wanted = list(hits)
-    for d in range(1, neighbors + 1):
-        for idx in hits:
-            wanted += [idx + d, idx - d]
-    chosen: list[int] = []
-    for j in wanted:
-        if 0 <= j < n_chunks and j not in chosen and len(chosen) < budget:
-            chosen.append(j)
-    return sorted(chosen)
+) -> list[tuple[str, int]]:
+    """(owner, chunk) pairs to page in, at most `budget` of them, best first: each hit
+    (`max_hits` > 0 caps them), followed by up to `neighbors` adjacent chunks on a side where
+    the hit's best passage touches the chunk's edge (the answer may run over the boundary)."""
+    chosen: list[tuple[str, int]] = []
+
+    def take(owner: str, chunk: int) -> None:
+        if len(chosen) < budget and 0 <= chunk < n_chunks(owner) and (owner, chunk) not in chosen:
+            chosen.append((owner, chunk))
+
+    for n, hit in enumerate(hits):
+        if len(chosen) >= budget or (max_hits and n >= max_hits):
+            break
+        take(hit.owner, hit.chunk)
+        last = n_passages(hit.owner, hit.chunk) - 1
+        for d in range(1, neighbors + 1):
+            if hit.passage == last:
+                take(hit.owner, hit.chunk + d)
+            if hit.passage == 0:
+                take(hit.owner, hit.chunk - d)
+    return chosen

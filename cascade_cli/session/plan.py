@@ -3,7 +3,8 @@
 While the whole conversation fits, the window holds all of it. Once it does not (or documents are
 in the conversation), a share of the window is kept for recalled chunks: the newest turns fill
 the rest, and the best hits of recall over the turns that left (and the documents) fill the kept
-part, placed in conversation order ahead of the recent turns.
+part, placed in conversation order ahead of the recent turns. Only strong hits are recalled (see
+recall.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.pages import Page
+from cascade_cli.session.recall import strong
 
 if TYPE_CHECKING:
     from cascade_cli.session.chat import ChatSession
@@ -21,8 +23,6 @@ if TYPE_CHECKING:
 RECALL_SHARE = 0.25
 #: At most this many chunks are recalled for one message.
 MAX_RECALLED = 4
-#: Hits scoring below this share of the best hit are not recalled.
-MIN_SCORE = 0.5
 
 
 def _label(chunk: Chunk) -> str:
@@ -62,13 +62,12 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
     first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
     t0 = time.perf_counter()
     owners = [chat.s.owner] + [d.owner for d in chat.docs]
-    hits = chat.recall.search(owners, text, limit=32) if first > 1 or chat.docs else []
+    hits = []
+    if first > 1 or chat.docs:
+        hits = strong(chat.recall.search(owners, text, mode=chat.lib.settings.recall, limit=32))
     chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
     spent = 0
-    best = max((h.score for h in hits), default=0.0)
     for h in hits:
-        if h.score < best * MIN_SCORE:
-            break  # weak matches crowd a small model's window more than they help
         if h.owner == chat.s.owner:
             if not 0 < h.chunk < first:
                 continue

@@ -152,9 +152,15 @@ def test_message_longer_than_the_window_is_paged_through(home: Path) -> None:
 
 def test_doc_is_recalled_into_the_conversation(home: Path, tmp_path: Path) -> None:
     ingest(home, write_text(tmp_path / "g.txt", 6000, needle=NEEDLE), "g")
-    (needle_chunk,) = [
-        int(i) for (i, t) in query(home, "SELECT idx, text FROM chunk_text") if "48213" in t
-    ]
+    (needle_chunk,) = {
+        int(c)
+        for (c, t) in query(
+            home,
+            "SELECT p.chunk, p.text FROM recall_passages p JOIN recall_corpora c"
+            " ON c.id = p.corpus WHERE c.owner LIKE 'doc:%'",
+        )
+        if "48213" in t
+    }
     proc = chat(
         home,
         "What is the pass key? Answer with the number only.\n",

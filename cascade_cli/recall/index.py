@@ -1,0 +1,177 @@
+"""Recall's tables in the store's index: per-owner corpora of passages, FTS5 and embeddings.
+
+Every owner (a document version ``doc:<id>``, a chat session) is its own corpus with its own
+FTS5 table, so BM25's statistics never mix documents or versions and a query reads one corpus.
+Passages keep their chunk index and their character offset inside the chunk's text; their
+embeddings (f16, unit length) are filled in later by the write-back side and may be missing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from cascade_cli.recall.passages import Passage
+from cascade_cli.store import register_migrations
+
+#: FTS5 tokenizer: Porter stemming over unicode61 (so "remembered" meets "remember").
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def m001_corpora(conn: sqlite3.Connection) -> None:
+    """Corpora (one per owner) and their passages."""
+    conn.execute("CREATE TABLE recall_corpora (id INTEGER PRIMARY KEY, owner TEXT NOT NULL UNIQUE)")
+    conn.execute(
+        """CREATE TABLE recall_passages (
+            corpus INTEGER NOT NULL, chunk INTEGER NOT NULL, pidx INTEGER NOT NULL,
+            start INTEGER NOT NULL, text TEXT NOT NULL, vec BLOB,
+            PRIMARY KEY (corpus, chunk, pidx)
+        ) WITHOUT ROWID"""
+    )
+
+
+register_migrations("recall", [m001_corpora])
+
+
+@dataclass(frozen=True)
+class Row:
+    """One stored passage."""
+
+    owner: str
+    chunk: int
+    pidx: int
+    start: int
+    text: str
+
+
+def fts_table(corpus: int) -> str:
+    return f"recall_fts_{int(corpus)}"
+
+
+def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int | None:
+    """The corpus of `owner` (created with its FTS5 table when `create`)."""
+    row = conn.execute("SELECT id FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
+    if row is not None:
+        return int(row[0])
+    if not create:
+        return None
+    cid = int(
+        conn.execute("INSERT INTO recall_corpora (owner) VALUES (?)", (owner,)).lastrowid or 0
+    )
+    conn.execute(
+        f"CREATE VIRTUAL TABLE {fts_table(cid)} USING fts5("
+        f"text, chunk UNINDEXED, pidx UNINDEXED, tokenize = '{TOKENIZER}')"
+    )
+    return cid
+
+
+def add(conn: sqlite3.Connection, owner: str, chunk: int, passages: Sequence[Passage]) -> None:
+    """Index a chunk's passages (replacing any earlier ones of that chunk). Caller commits."""
+    cid = corpus_id(conn, owner, create=True)
+    assert cid is not None
+    table = fts_table(cid)
+    conn.execute(f"DELETE FROM {table} WHERE chunk = ?", (chunk,))
+    conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk = ?", (cid, chunk))
+    for i, p in enumerate(passages):
+        conn.execute(
+            "INSERT INTO recall_passages (corpus, chunk, pidx, start, text) VALUES (?, ?, ?, ?, ?)",
+            (cid, chunk, i, p.start, p.text),
+        )
+        conn.execute(
+            f"INSERT INTO {table} (text, chunk, pidx) VALUES (?, ?, ?)", (p.text, chunk, i)
+        )
+
+
+def drop_from(conn: sqlite3.Connection, owner: str, chunk: int) -> None:
+    """Forget chunks `chunk`.. of an owner (an interrupted ingest redoes them)."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return
+    conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk >= ?", (chunk,))
+    conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk >= ?", (cid, chunk))
+
+
+def forget(conn: sqlite3.Connection, owner: str) -> None:
+    """Drop an owner's corpus entirely. Caller commits."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return
+    conn.execute(f"DROP TABLE IF EXISTS {fts_table(cid)}")
+    conn.execute("DELETE FROM recall_passages WHERE corpus = ?", (cid,))
+    conn.execute("DELETE FROM recall_corpora WHERE id = ?", (cid,))
+
+
+def chunks_indexed(conn: sqlite3.Connection, owner: str) -> set[int]:
+    """Chunk indices of `owner` that have passages."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return set()
+    rows = conn.execute("SELECT DISTINCT chunk FROM recall_passages WHERE corpus = ?", (cid,))
+    return {int(c) for (c,) in rows}
+
+
+def unembedded(conn: sqlite3.Connection, owner: str, limit: int = 1 << 30) -> list[Row]:
+    """Passages of `owner` still without an embedding, in order."""
+    rows = conn.execute(
+        "SELECT p.chunk, p.pidx, p.start, p.text FROM recall_passages p"
+        " JOIN recall_corpora c ON c.id = p.corpus"
+        " WHERE c.owner = ? AND p.vec IS NULL ORDER BY p.chunk, p.pidx LIMIT ?",
+        (owner, limit),
+    ).fetchall()
+    return [Row(owner, int(c), int(i), int(s), str(t)) for c, i, s, t in rows]
+
+
+def set_vectors(
+    conn: sqlite3.Connection, owner: str, rows: Sequence[Row], vecs: npt.NDArray[np.float32]
+) -> None:
+    """Store embeddings for `rows` (f16). Caller commits."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return
+    conn.executemany(
+        "UPDATE recall_passages SET vec = ? WHERE corpus = ? AND chunk = ? AND pidx = ?",
+        [
+            (v.astype(np.float16).tobytes(), cid, r.chunk, r.pidx)
+            for r, v in zip(rows, vecs, strict=True)
+        ],
+    )
+
+
+def vectors(
+    conn: sqlite3.Connection, owner: str
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float16]]:
+    """((n, 2) chunk/passage ids, (n, dim) f16 vectors) of the owner's embedded passages."""
+    rows = conn.execute(
+        "SELECT p.chunk, p.pidx, p.vec FROM recall_passages p JOIN recall_corpora c"
+        " ON c.id = p.corpus WHERE c.owner = ? AND p.vec IS NOT NULL",
+        (owner,),
+    ).fetchall()
+    if not rows:
+        return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float16)
+    ids = np.array([(c, i) for c, i, _ in rows], dtype=np.int32)
+    vecs = np.frombuffer(b"".join(v for _, _, v in rows), dtype=np.float16)
+    return ids, vecs.reshape(len(rows), -1)
+
+
+def passage(conn: sqlite3.Connection, owner: str, chunk: int, pidx: int) -> Row | None:
+    row = conn.execute(
+        "SELECT p.start, p.text FROM recall_passages p JOIN recall_corpora c ON c.id = p.corpus"
+        " WHERE c.owner = ? AND p.chunk = ? AND p.pidx = ?",
+        (owner, chunk, pidx),
+    ).fetchone()
+    return Row(owner, chunk, pidx, int(row[0]), str(row[1])) if row else None
+
+
+def passage_counts(conn: sqlite3.Connection, owner: str) -> dict[int, int]:
+    """Passages per chunk of `owner`."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return {}
+    rows = conn.execute(
+        "SELECT chunk, COUNT(*) FROM recall_passages WHERE corpus = ? GROUP BY chunk", (cid,)
+    )
+    return {int(c): int(n) for c, n in rows}

@@ -1,0 +1,58 @@
+"""Semantic recall: cosine between the question's sentence embedding and each passage's."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import numpy as np
+import numpy.typing as npt
+
+from cascade_cli.recall import index
+from cascade_cli.recall.lexical import PassageHit
+
+F32 = npt.NDArray[np.float32]
+
+
+class VectorCache:
+    """Each owner's passage vectors as one f32 matrix, reloaded when its row count changes
+    (another process or the write-back thread may have embedded more since)."""
+
+    def __init__(self) -> None:
+        self._mats: dict[str, tuple[int, npt.NDArray[np.int32], F32]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, conn: sqlite3.Connection, owner: str) -> tuple[npt.NDArray[np.int32], F32]:
+        cid = index.corpus_id(conn, owner)
+        if cid is None:
+            return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float32)
+        (count,) = conn.execute(
+            "SELECT COUNT(vec) FROM recall_passages WHERE corpus = ?", (cid,)
+        ).fetchone()
+        with self._lock:
+            cached = self._mats.get(owner)
+            if cached is not None and cached[0] == count:
+                return cached[1], cached[2]
+        ids, vecs = index.vectors(conn, owner)
+        mat = vecs.astype(np.float32)
+        with self._lock:
+            self._mats[owner] = (int(count), ids, mat)
+        return ids, mat
+
+    def drop(self, owner: str) -> None:
+        with self._lock:
+            self._mats.pop(owner, None)
+
+
+def search(
+    conn: sqlite3.Connection, cache: VectorCache, owner: str, qvec: F32, limit: int = 64
+) -> list[PassageHit]:
+    """Best passages of `owner` by cosine similarity to `qvec` (unit length), best first."""
+    ids, mat = cache.get(conn, owner)
+    if not len(ids):
+        return []
+    scores = mat @ qvec
+    k = min(limit, len(scores))
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.argsort(-scores[top])]
+    return [PassageHit(owner, int(ids[i, 0]), int(ids[i, 1]), float(scores[i])) for i in top]
