@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.errors import CascadeError
 from cascade_cli.paging.library import Library
@@ -145,19 +145,25 @@ def chat(
         typer.Option("--doc", help="Ingested document every turn may recall from (repeatable)."),
     ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help="Longest reply [512].", min=1)
+        int | None, typer.Option("--max-tokens", help="Longest reply (default: 512).", min=1)
     ] = None,
     temperature: Annotated[
-        float | None, typer.Option("--temperature", help="0 = greedy [0.7].", min=0.0)
+        float | None, typer.Option("--temperature", help="0 = greedy (default: 0.7).", min=0.0)
     ] = None,
     top_k: Annotated[
-        int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off [40].", min=0)
+        int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off (default: 40).", min=0)
     ] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus [0.95].", min=0.0)] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed [random].")] = None,
+    top_p: Annotated[
+        float | None, typer.Option("--top-p", help="Nucleus sampling (default: 0.95).", min=0.0)
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Sampling seed (default: random).")
+    ] = None,
     repeat_penalty: Annotated[
         float | None,
-        typer.Option("--repeat-penalty", help="Over the last 64 tokens, 1.0 = off [1.1].", min=0.0),
+        typer.Option(
+            "--repeat-penalty", help="Over the last 64 tokens, 1.0 = off (default: 1.1).", min=0.0
+        ),
     ] = None,
     model: opt.Model = None,
     gpu_layers: opt.GpuLayers = None,
@@ -168,6 +174,8 @@ def chat(
     block_size: opt.BlockSize = None,
     compression: opt.Compression = None,
     flash_attn: opt.FlashAttn = None,
+    recall: opt.RecallMode = None,
+    embed_model: opt.EmbedModel = None,
 ) -> None:
     """Chat in a session that is stored turn by turn and resumes without re-prefill.
 
@@ -184,6 +192,8 @@ def chat(
             block_size=block_size,
             compression=compression,
             flash_attn=flash_attn,
+            recall=recall,
+            embed_model=embed_model,
         )
     )
     overrides: dict[str, Any] = opt.flags(
@@ -201,8 +211,9 @@ def chat(
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=256) as ctx,
-        Library(cfg, ctx, any_model=True) as lib,
+        Library(cfg, ctx, embed_path=embed_path(cfg), any_model=True) as lib,
     ):
+        lib.recall.preload()
         documents = [lib.find(d) for d in doc or []]
         name = session_name or _fresh_name(lib)
         session = ChatSession(
