@@ -200,7 +200,7 @@ class ChatSession:
                 q = page_through(self, text)
             pages, labels, stats.recall_s = plan(self, text, len(q))
             before = set(self.pages.keys)
-            placed = self.pages.apply(pages)
+            placed = self.pages.apply(pages, room=len(q) + self.reserve)
         except BaseException:
             self.pages.reset()  # the next message places everything again from the store
             raise
@@ -223,7 +223,8 @@ class ChatSession:
             raise
         gen = Generation(pos=self.pages.win.end)
         pieces: list[str] = []
-        limit = self.window - len(self.tpl.close())
+        free = self.window - self.pages.used - len(q)  # cells; positions may have gaps
+        limit = min(self.pages.win.limit, self.pages.win.end + free) - len(self.tpl.close())
         t_first = 0.0
         try:
             for piece in generate(self.ctx, self.sampler, WINDOW_SEQ, gen, self.max_tokens, limit):
@@ -283,8 +284,10 @@ class ChatSession:
     # ---- commands -------------------------------------------------------------------------------
 
     def sync(self) -> None:
-        """Wait until every finished turn's KV is durable (before the next prompt shows)."""
+        """Wait until every finished turn's KV is durable and its text embedded for recall
+        (before the next prompt shows), so the next message's recall waits for nothing."""
         self.lib.pager.flush()
+        self.recall.flush()
 
     def history(self) -> list[tuple[int, str, str]]:
         """(turn, role, text) of every message."""

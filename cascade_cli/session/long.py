@@ -44,7 +44,7 @@ def page_through(chat: ChatSession, text: str) -> list[int]:
                 break
             layout.insert(1, chat.page(chat.s.key(idx)))
             used += n
-        chat.count(chat.pages.apply(layout))
+        chat.count(chat.pages.apply(layout, room=len(piece)))
         start = chat.pages.win.end
         chat.pages.win.append(piece)
         idx = max(chat.chunks) + 1

@@ -21,8 +21,23 @@ if TYPE_CHECKING:
 
 #: Share of the window kept for recalled chunks once the conversation no longer fits.
 RECALL_SHARE = 0.25
+#: Longest recall query, in characters (the end of a longer message).
+QUERY_CHARS = 300
 #: At most this many chunks are recalled for one message.
 MAX_RECALLED = 4
+
+
+def query_of(text: str) -> str:
+    """What a message asks: all of a short message, the last QUERY_CHARS characters (from a
+    sentence start) of a long one — a pasted text followed by a question asks the question."""
+    if len(text) <= QUERY_CHARS:
+        return text
+    tail = text[-QUERY_CHARS:]
+    marks = [
+        i for i in (tail.find(". "), tail.find("? "), tail.find("! "), tail.find("\n")) if i >= 0
+    ]
+    cut = min(marks, default=-1)
+    return tail[cut + 1 :].strip() if 0 <= cut < len(tail) - 40 else tail
 
 
 def _label(chunk: Chunk) -> str:
@@ -64,7 +79,8 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
     owners = [chat.s.owner] + [d.owner for d in chat.docs]
     hits = []
     if first > 1 or chat.docs:
-        hits = strong(chat.recall.search(owners, text, mode=chat.lib.settings.recall, limit=32))
+        mode = chat.lib.settings.recall
+        hits = strong(chat.recall.search(owners, query_of(text), mode=mode, limit=32))
     chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
     spent = 0
     for h in hits:

@@ -51,7 +51,7 @@ def open_window(chat: ChatSession, fp: str) -> None:
     t0 = time.perf_counter()
     while sum(p.n for p in layout) > chat.window - chat.reserve and len(layout) > 1:
         del layout[1]  # a smaller window than last time: the oldest leave
-    placed = chat.pages.apply(layout)
+    placed = chat.pages.apply(layout, room=chat.reserve)
     chat.count(placed)
     chat.totals.restore_s += time.perf_counter() - t0
     chat.totals.restored_tokens += sum(p.n for p in layout) - placed.recomputed_tokens

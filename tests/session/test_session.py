@@ -11,6 +11,7 @@ import pytest
 
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model
+from cascade_cli.kv import blob as kvblob
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
@@ -42,6 +43,19 @@ def _say(chat: ChatSession, text: str) -> str:
 
 def _window_tokens(chat: ChatSession) -> list[int]:
     return [t for p in chat.pages.layout for t in p.tokens]
+
+
+def _check_positions(chat: ChatSession) -> None:
+    """Every page's cells sit at its recorded positions, in order, and nothing else is there."""
+    last = 0
+    for p in chat.pages.layout:
+        at = chat.pages.at[p.key]
+        assert at >= last
+        header = kvblob.header(chat.pages.win.save(at, at + p.n))
+        assert header.n_cells == p.n
+        assert header.positions.tolist() == list(range(at, at + p.n))
+        last = at + p.n
+    assert chat.ctx.pos_max(WINDOW_SEQ) == last - 1 == chat.pages.win.end - 1
 
 
 def test_user_text_is_never_parsed_as_special_tokens(model: object) -> None:
@@ -86,9 +100,11 @@ def test_overflow_pages_out_and_recalls_turn_one(home: Path, ctx: Context) -> No
         paras = [p.replace("\n", " ") for p in text.split("\n\n") if len(p) > 300]
         for p in paras[:10]:
             _say(chat, f"Here is a paragraph: {p[:600]} Summarize it in one sentence.")
+            _check_positions(chat)
         assert chat.s.key(1) not in chat.pages.keys  # turn 1 left the window
-        assert chat.pages.win.end <= WINDOW
+        assert chat.pages.used <= WINDOW
         answer = _say(chat, "What is my locker code? Answer with the number only.")
+        _check_positions(chat)
         assert "turn 1" in chat.last.recalled
         assert notes and "turn 1" in notes[-1]
         assert "4417" in answer
@@ -106,9 +122,9 @@ def test_interrupted_reply_is_kept_whole_and_consistent(home: Path, ctx: Context
             next(stream)
         stream.close()  # what Ctrl-C does
         assert chat.s.turns == 1
-        assert ctx.pos_max(WINDOW_SEQ) == len(_window_tokens(chat)) - 1
+        assert ctx.pos_max(WINDOW_SEQ) == chat.pages.win.end - 1
         assert _say(chat, "And about trains?").strip()
-        assert ctx.pos_max(WINDOW_SEQ) == len(_window_tokens(chat)) - 1
+        assert ctx.pos_max(WINDOW_SEQ) == chat.pages.win.end - 1
         roles = [r for _, r, _ in chat.history()]
         assert roles == ["user", "assistant", "user", "assistant"]
         chat.close()
@@ -143,12 +159,13 @@ def test_long_message_is_paged_through_and_recallable(home: Path, ctx: Context) 
         text = gpl_text(9000).replace("\n", " ")
         _say(chat, f"Read this: {text} The secret word is pelican.")
         assert any("paged through" in n for n in notes)
-        assert chat.pages.win.end <= WINDOW
+        assert chat.pages.used <= WINDOW
         parts = [c for c in chat.chunks.values() if c.turn == 1]
         assert len(parts) >= 3
         # each part is stored and indexed
         assert all(lib.disk.exists(chat.s.key(c.idx)) for c in parts)
         _say(chat, "What does the text say about the Free Software Foundation?")
+        _check_positions(chat)
         assert chat.last.recalled
         chat.close()
 
