@@ -31,7 +31,7 @@ from cascade_cli.session.manage import remove
 from cascade_cli.session.pages import Page, Pages, Placed
 from cascade_cli.session.plan import RECALL_SHARE, plan
 from cascade_cli.session.recall import recall_for
-from cascade_cli.session.restore import check_doc, index_missing, open_window
+from cascade_cli.session.restore import check_doc, drop_unfinished, index_missing, open_window
 from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
 
@@ -203,6 +203,7 @@ class ChatSession:
             placed = self.pages.apply(pages, room=len(q) + self.reserve)
         except BaseException:
             self.pages.reset()  # the next message places everything again from the store
+            drop_unfinished(self)  # blocks of a long message cut short
             raise
         self.count(placed)
         stats.layout_s = placed.seconds

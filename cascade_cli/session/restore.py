@@ -67,6 +67,8 @@ def drop_unfinished(chat: ChatSession) -> None:
     stale = [c.idx for c in chat.chunks.values() if c.turn > chat.s.turns]
     if not stale:
         return
+    chat.lib.pager.flush()  # no write-back of theirs may land after the delete
+    chat.recall.drop_from(chat.s.owner, min(stale))
     with chat.lib.disk.transaction() as conn:
         conn.executemany(
             "DELETE FROM session_chunks WHERE session_id = ? AND idx = ?",

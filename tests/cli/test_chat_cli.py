@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli, ingest
-from tests.paging.helpers import NEEDLE, env_for, gpl_text, query, write_text
+from tests.paging.helpers import NEEDLE, env_for, query, write_text
 
 SMALL = ["--gpu-cache-size", "1024", "--temperature", "0", "--max-tokens", "24"]
 
@@ -141,9 +141,9 @@ def test_reset_and_exit_commands(home: Path) -> None:
     assert sessions(home)["r"]["turns"] == 1
 
 
-def test_message_longer_than_the_window_is_paged_through(home: Path) -> None:
-    text = gpl_text(6000).replace("\n", " ")
-    proc = chat(home, f"{text}\nWho publishes this license?\n", "-s", "l", *SMALL)
+def test_message_longer_than_the_window_is_paged_through(home: Path, tmp_path: Path) -> None:
+    text = write_text(tmp_path / "t.txt", 6000).read_text(encoding="utf-8").replace("\n", " ")
+    proc = chat(home, f"{text}\nWho is this text about?\n", "-s", "l", *SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "paged through" in proc.stderr
     assert len([x for x in proc.stdout.splitlines() if x.strip()]) >= 2

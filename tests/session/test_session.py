@@ -18,7 +18,7 @@ from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.session.template import template
 from tests.kl import kl
-from tests.paging.helpers import gpl_text
+from tests.paging.helpers import write_text
 
 WINDOW = 1024
 GREEDY = {"temperature": 0.0, "max_tokens": 24, "repeat_penalty": 1.1}
@@ -33,6 +33,11 @@ def ctx(model: object) -> Iterator[Context]:
 def _lib(home: Path, ctx: Context) -> Library:
     cfg = Settings(gpu_cache_size=WINDOW, disk_cache_path=home / "store", threads=1)
     return Library(cfg, ctx, any_model=True)
+
+
+def _text(tmp: Path, chars: int) -> str:
+    """Some real prose (the paging tests' sample text)."""
+    return write_text(tmp / "sample.txt", chars).read_text(encoding="utf-8")
 
 
 def _say(chat: ChatSession, text: str) -> str:
@@ -96,7 +101,7 @@ def test_overflow_pages_out_and_recalls_turn_one(home: Path, ctx: Context) -> No
     with _lib(home, ctx) as lib:
         chat = ChatSession(ctx, lib, "long", overrides=GREEDY, notify=notes.append)
         _say(chat, "My locker code is 4417. Please remember it.")
-        text = gpl_text(12000)
+        text = _text(home, 12000)
         paras = [p.replace("\n", " ") for p in text.split("\n\n") if len(p) > 300]
         for p in paras[:10]:
             _say(chat, f"Here is a paragraph: {p[:600]} Summarize it in one sentence.")
@@ -156,17 +161,19 @@ def test_long_message_is_paged_through_and_recallable(home: Path, ctx: Context) 
     notes: list[str] = []
     with _lib(home, ctx) as lib:
         chat = ChatSession(ctx, lib, "big", overrides=GREEDY, notify=notes.append)
-        text = gpl_text(9000).replace("\n", " ")
-        _say(chat, f"Read this: {text} The secret word is pelican.")
+        text = _text(home, 9000).replace("\n", " ")
+        middle = len(text) // 2
+        _say(chat, f"Read this: {text[:middle]} The secret word is pelican. {text[middle:]}")
         assert any("paged through" in n for n in notes)
         assert chat.pages.used <= WINDOW
         parts = [c for c in chat.chunks.values() if c.turn == 1]
         assert len(parts) >= 3
-        # each part is stored and indexed
-        assert all(lib.disk.exists(chat.s.key(c.idx)) for c in parts)
-        _say(chat, "What does the text say about the Free Software Foundation?")
+        assert all(lib.disk.exists(chat.s.key(c.idx)) for c in parts)  # each part stored
+        secret = next(c.idx for c in parts if "pelican" in c.text)
+        assert chat.s.key(secret) not in chat.pages.keys
+        _say(chat, "What is the secret word in the text I gave you?")
         _check_positions(chat)
-        assert chat.last.recalled
+        assert chat.s.key(secret) in chat.pages.keys  # its block was recalled
         chat.close()
 
 
