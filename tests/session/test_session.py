@@ -100,13 +100,26 @@ def test_overflow_pages_out_and_recalls_turn_one(home: Path, ctx: Context) -> No
     notes: list[str] = []
     with _lib(home, ctx) as lib:
         chat = ChatSession(ctx, lib, "long", overrides=GREEDY, notify=notes.append)
+        chat.pages.win.limit = WINDOW + WINDOW // 4  # as for a model trained on 1280 positions
+        compactions: list[int] = []
+        compact = chat.pages._compact
+
+        def counted() -> None:
+            compactions.append(chat.pages.win.end)
+            compact()
+
+        chat.pages._compact = counted  # type: ignore[method-assign]
+        highest = 0
         _say(chat, "My locker code is 4417. Please remember it.")
         text = _text(home, 12000)
         paras = [p.replace("\n", " ") for p in text.split("\n\n") if len(p) > 300]
         for p in paras[:10]:
             _say(chat, f"Here is a paragraph: {p[:600]} Summarize it in one sentence.")
             _check_positions(chat)
+            highest = max(highest, chat.pages.win.end)
         assert chat.s.key(1) not in chat.pages.keys  # turn 1 left the window
+        # turns that left left gaps (positions past the window), closed when they ran out
+        assert highest > WINDOW and compactions
         assert chat.pages.used <= WINDOW
         answer = _say(chat, "What is my locker code? Answer with the number only.")
         _check_positions(chat)
