@@ -38,9 +38,11 @@ def tokens(where: Path, session: str) -> int:
     return int(next(s["tokens"] for s in json.loads(out)["sessions"] if s["name"] == session))
 
 
-def ask(where: Path, session: str, question: str, flags: list[str]) -> tuple[str, bool]:
+def ask(where: Path, session: str, question: str, flags: list[str]) -> tuple[str, str]:
+    """(answer, what the stderr marker says was recalled)."""
     proc = chat(where, session, [question], *flags)
-    return proc.stdout.strip(), "turn 1" in proc.stderr
+    marks = [line for line in proc.stderr.splitlines() if line.startswith("(recalled ")]
+    return proc.stdout.strip(), marks[-1][len("(recalled ") : -1] if marks else "-"
 
 
 def main() -> None:
@@ -53,8 +55,8 @@ def main() -> None:
     flags = ["--gpu-cache-size", str(args.window), "--temperature", "0", "--max-tokens", "32"]
     rng = random.Random(9)
     where = home("chat-memory")
-    print("| trial | code | later tokens | processes | direct | turn 1 recalled | paraphrase |"
-          " turn 1 recalled |")  # fmt: skip
+    print("| trial | code | later tokens | processes | direct | recalled | paraphrase |"
+          " recalled |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     hits = {"direct": 0, "paraphrase": 0}
     for trial in range(args.trials):
@@ -80,8 +82,8 @@ def main() -> None:
         hits["direct"] += ok1
         hits["paraphrase"] += ok2
         print(
-            f"| {trial} | {code} | {later} | {procs + 1} | {'yes' if ok1 else 'no: ' + direct[:40]}"
-            f" | {r1} | {'yes' if ok2 else 'no: ' + para[:40]} | {r2} |",
+            f"| {trial} | {code} | {later} | {procs + 1} | {'yes' if ok1 else 'no: ' + direct.replace(chr(10), ' ')[:40]}"
+            f" | {r1} | {'yes' if ok2 else 'no: ' + para.replace(chr(10), ' ')[:40]} | {r2} |",
             flush=True,
         )
     print(f"direct {hits['direct']}/{args.trials}, paraphrase {hits['paraphrase']}/{args.trials}")

@@ -102,7 +102,8 @@ class Pages:
             if p.key in wanted and wanted[p.key] > last:
                 last = wanted[p.key]
                 keep.append(p)
-        kept = {p.key for p in keep}
+        kept = self._adjacent(target, {p.key for p in keep})
+        keep = [p for p in keep if p.key in kept]
         for p in reversed(self.layout):
             if p.key not in kept:
                 self.win.drop(self.at[p.key], self.at[p.key] + p.n, slide=False)
@@ -139,6 +140,26 @@ class Pages:
         self.lib.disk.stats.add("window", "misses", len(fresh))
         done.seconds = time.perf_counter() - t0
         return done
+
+    def _adjacent(self, target: Sequence[Page], kept: set[str]) -> set[str]:
+        """The kept pages that will still be contiguous with what follows them. Everything
+        after the first page (the system prompt) ends up as one run — recalled chunks right
+        before the recent turns, as in a conversation — so a kept page that a gap would
+        separate from the next one is placed again (a restore of a small chunk) rather than
+        left behind: distance from the message is what a small model's attention pays for."""
+        keep = set(kept)
+        expected: int | None = None  # where the page after this one will start
+        for p in reversed(target[1:]):
+            if p.key in keep:
+                pos = self.at[p.key]
+                if expected is not None and pos + p.n != expected:
+                    keep.discard(p.key)
+                    expected -= p.n
+                else:
+                    expected = pos
+            elif expected is not None:
+                expected -= p.n
+        return keep
 
     def _plan(self, target: Sequence[Page]) -> tuple[dict[str, int], list[tuple[str, int]]]:
         """(start position of every target page, [(kept page, shift up)]) for placing the
