@@ -4,11 +4,12 @@ python bench/chat_memory.py [--trials 10] [--window 4096] [--windows 3]
 
 Each trial is one session driven through `cascade chat --session` with piped stdin, greedy:
 process 1 says "My locker code is NNNN. Please remember it." (a random code per trial) and
-starts a conversation about passages of *Emma*; processes 2 and 3 continue it until the turns
+starts a conversation about passages of *Emma* (≈ 650 tokens a turn); processes 2 and 3 continue it until the turns
 after the first hold at least --windows × --window tokens. The store is then copied; a 4th
 process asks the direct question, a 5th (on the copy) a paraphrase. A trial counts when the
 code's digits are in the answer; the table also says whether turn 1 was recalled (the stderr
-marker). The control asks the direct question right after turn 1 (still in the window).
+marker). Controls, no paging: the direct question right after turn 1, and after turn 1 and three
+more turns (≈ 2,000 tokens, all still in the window).
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ def main() -> None:
     for trial in range(args.trials):
         code = str(rng.randrange(1000, 10000))
         name = f"t{trial}"
-        talk = filler(200, seed=100 + trial)
+        talk = filler(200, seed=100 + trial, chars=2600)
         chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
         first = tokens(where, name)
         target = first + args.windows * args.window
         procs, sent = 1, 0
-        per_process = -(-int(args.windows * args.window) // 330 // 3) + 1
+        per_process = -(-int(args.windows * args.window) // 650 // 3) + 1
         while tokens(where, name) < target:
             chat(where, name, talk[sent : sent + per_process], *flags)
             sent += per_process
@@ -94,7 +95,18 @@ def main() -> None:
         chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
         answer, _ = ask(where, name, DIRECT, flags)
         ok += code in answer
-    print(f"control (turn 1 still in the window): {ok}/{args.control}")
+    print(f"control (turn 1 right before the question): {ok}/{args.control}")
+    ok = 0
+    for trial in range(args.control):
+        code = str(rng.randrange(1000, 10000))
+        name = f"d{trial}"
+        chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
+        chat(where, name, filler(3, seed=300 + trial, chars=2600), *flags)
+        answer, recalled = ask(where, name, DIRECT, flags)
+        ok += code in answer
+        print(f"distance control {trial}: {tokens(where, name)} tokens, nothing paged out"
+              f" ({recalled}), {'yes' if code in answer else 'no: ' + answer[:40]}")  # fmt: skip
+    print(f"control (turn 1 in the window, 3 turns before the question): {ok}/{args.control}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ RECALL_SHARE = 0.25
 #: Longest recall query, in characters (the end of a longer message).
 QUERY_CHARS = 300
 #: At most this many chunks are recalled for one message.
-MAX_RECALLED = 4
+MAX_RECALLED = 2
 
 
 def query_of(text: str) -> str:
