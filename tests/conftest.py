@@ -31,6 +31,22 @@ def model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def embed_model_path() -> Path:
+    """The default sentence-embedding model (recall), pulled into MODEL_HOME on first use."""
+    from cascade_cli.registry import DEFAULT_EMBED, resolve_model
+
+    old = os.environ.get("CASCADE_HOME")
+    os.environ["CASCADE_HOME"] = str(MODEL_HOME)
+    try:
+        return resolve_model(DEFAULT_EMBED)
+    finally:
+        if old is None:
+            os.environ.pop("CASCADE_HOME", None)
+        else:
+            os.environ["CASCADE_HOME"] = old
+
+
+@pytest.fixture(scope="session")
 def model(model_path: Path) -> Iterator[object]:
     """The default model, loaded once."""
     from cascade_cli.engine import Model
@@ -40,13 +56,16 @@ def model(model_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture()
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path) -> Path:
-    """An isolated CASCADE_HOME whose models/ already holds the pulled models (symlinks)."""
+def home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path, embed_model_path: Path
+) -> Path:
+    """An isolated CASCADE_HOME whose models/ already holds the default model and the default
+    embedding model (symlinks)."""
     monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
     for key in list(os.environ):
         if key.startswith("CASCADE_") and key != "CASCADE_HOME":
             monkeypatch.delenv(key)
     (tmp_path / "models").mkdir()
-    for pulled in model_path.parent.glob("*.gguf"):  # the default model and any pulled embedder
-        (tmp_path / "models" / pulled.name).symlink_to(pulled)
+    for path in (model_path, embed_model_path):
+        (tmp_path / "models" / path.name).symlink_to(path)
     return tmp_path

@@ -18,6 +18,8 @@ from cascade_cli.paging.window import Window
 from cascade_cli.recall import fill
 
 Notice = Callable[[str], None]
+#: Window order of recalled chunks ('relevance': best hit nearest the question; 'document').
+ORDER = "relevance"
 
 
 def _quiet(message: str) -> None:
@@ -69,6 +71,7 @@ def plan(
     top_k: int,
     reserve: int,
     neighbors: int = 1,
+    order: str = ORDER,
 ) -> tuple[list[int], list[int]]:
     """(chunk indices to page in, in document order; question tokens) sized to fit the window
     with `reserve` left: the best distinct hits (at most `top_k` when > 0) and, where a hit's
@@ -93,10 +96,27 @@ def plan(
         max_hits=top_k,
         neighbors=neighbors,
     )
-    indices = sorted(c for _, c in chosen)
+    indices = arrange([c for _, c in chosen], order)
     if not indices:  # nothing matched: the opening chunks
         indices = list(range(min(doc.chunks, budget)))
     return indices, q
+
+
+def arrange(best_first: list[int], order: str = ORDER) -> list[int]:
+    """Window order of chosen chunks: runs of adjacent chunks stay together in document order;
+    'relevance' puts the run holding the best hit last (nearest the question), 'document' sorts
+    everything by position."""
+    if order == "document":
+        return sorted(best_first)
+    rank = {c: i for i, c in enumerate(best_first)}
+    runs: list[list[int]] = []
+    for c in sorted(best_first):
+        if runs and runs[-1][-1] == c - 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    runs.sort(key=lambda run: -min(rank[c] for c in run))
+    return [c for run in runs for c in run]
 
 
 def ask(
@@ -110,6 +130,7 @@ def ask(
     mode: str = "hybrid",
     top_k: int = 0,
     neighbors: int = 1,
+    order: str = ORDER,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
     notice: Notice = _quiet,
@@ -124,7 +145,7 @@ def ask(
     reserve = min(max_tokens, 256)
     win = Window(ctx, window)
     t_recall = time.perf_counter()
-    chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve, neighbors)
+    chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order)
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
     try:

@@ -24,7 +24,10 @@ TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 def m001_corpora(conn: sqlite3.Connection) -> None:
     """Corpora (one per owner) and their passages."""
-    conn.execute("CREATE TABLE recall_corpora (id INTEGER PRIMARY KEY, owner TEXT NOT NULL UNIQUE)")
+    conn.execute(
+        "CREATE TABLE recall_corpora (id INTEGER PRIMARY KEY, owner TEXT NOT NULL UNIQUE,"
+        " gen INTEGER NOT NULL DEFAULT 0)"
+    )
     conn.execute(
         """CREATE TABLE recall_passages (
             corpus INTEGER NOT NULL, chunk INTEGER NOT NULL, pidx INTEGER NOT NULL,
@@ -50,6 +53,17 @@ class Row:
 
 def fts_table(corpus: int) -> str:
     return f"recall_fts_{int(corpus)}"
+
+
+def _bump(conn: sqlite3.Connection, cid: int) -> None:
+    """Count a change to the corpus (readers cache vectors by this generation)."""
+    conn.execute("UPDATE recall_corpora SET gen = gen + 1 WHERE id = ?", (cid,))
+
+
+def generation(conn: sqlite3.Connection, owner: str) -> tuple[int, int] | None:
+    """(corpus id, change count) of `owner`, or None."""
+    row = conn.execute("SELECT id, gen FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
 
 
 def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int | None:
@@ -93,6 +107,7 @@ def drop_from(conn: sqlite3.Connection, owner: str, chunk: int) -> None:
         return
     conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk >= ?", (chunk,))
     conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk >= ?", (cid, chunk))
+    _bump(conn, cid)
 
 
 def forget(conn: sqlite3.Connection, owner: str) -> None:
@@ -139,6 +154,7 @@ def set_vectors(
             for r, v in zip(rows, vecs, strict=True)
         ],
     )
+    _bump(conn, cid)
 
 
 def vectors(

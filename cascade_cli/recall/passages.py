@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 #: Passage size in words (~1.3 tokens a word for English BPE): sentences are added while a
 #: passage stays within TARGET_WORDS; none exceeds MAX_WORDS (≲ 128 tokens).
-TARGET_WORDS = 50
+TARGET_WORDS = 20
 MAX_WORDS = 90
 #: A passage shorter than this takes the next sentence if it stays within MAX_WORDS.
-MIN_WORDS = 12
+MIN_WORDS = 8
 
 # A sentence ends at . ! ? (with closing quotes/brackets) before whitespace, or at a blank line.
 _SENTENCE = re.compile(r".*?(?:[.!?]+[\"'”’)\]]*(?=\s)|\n[ \t]*\n|\Z)", re.S)

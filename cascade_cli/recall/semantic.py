@@ -15,20 +15,18 @@ F32 = npt.NDArray[np.float32]
 
 
 class VectorCache:
-    """Each owner's passage vectors as one f32 matrix, reloaded when its row count changes
-    (another process or the write-back thread may have embedded more since)."""
+    """Each owner's passage vectors as one f32 matrix, reloaded when the corpus's generation
+    changes (this or another process indexed or embedded since)."""
 
     def __init__(self) -> None:
         self._mats: dict[str, tuple[int, npt.NDArray[np.int32], F32]] = {}
         self._lock = threading.Lock()
 
     def get(self, conn: sqlite3.Connection, owner: str) -> tuple[npt.NDArray[np.int32], F32]:
-        cid = index.corpus_id(conn, owner)
-        if cid is None:
+        gen = index.generation(conn, owner)
+        if gen is None:
             return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float32)
-        (count,) = conn.execute(
-            "SELECT COUNT(vec) FROM recall_passages WHERE corpus = ?", (cid,)
-        ).fetchone()
+        count = gen[1]
         with self._lock:
             cached = self._mats.get(owner)
             if cached is not None and cached[0] == count:

@@ -144,13 +144,13 @@ def chunk_rows(home: Path, owner: str) -> list[dict[str, Any]]:
     ]
 
 
-def text_rows(home: Path, did: int) -> list[tuple[Any, ...]]:
-    """(idx, text, char_start, char_end) of a document's chunk_text rows, by index."""
+def passage_rows(home: Path, did: int) -> list[tuple[Any, ...]]:
+    """(chunk, pidx, start, text, has vector) of a document's recall passages, in order."""
     return query(
         home,
-        "SELECT CAST(idx AS INTEGER), text, char_start, char_end FROM chunk_text"
-        " WHERE doc_id = ? ORDER BY CAST(idx AS INTEGER)",
-        (did,),
+        "SELECT p.chunk, p.pidx, p.start, p.text, p.vec IS NOT NULL FROM recall_passages p"
+        " JOIN recall_corpora c ON c.id = p.corpus WHERE c.owner = ? ORDER BY p.chunk, p.pidx",
+        (f"doc:{did}",),
     )
 
 

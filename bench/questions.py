@@ -1,0 +1,159 @@
+"""Real questions: does recall page in the chunk that holds the answer?
+
+python bench/questions.py [BOOK ...] [--window 4096] [--block 512]
+
+bench/questions/<book>.json holds 25 hand-written questions per novel, worded unlike the text, each
+with an evidence string (verbatim, unique in the book) inside the answering sentence. The book is
+cut into chunks exactly as `cascade ingest` cuts it and each chunk is indexed through the same
+Recall.index call ingest makes (passages, FTS5, embeddings); no KV is computed, since recall reads
+only the index. Per question: the chunks `ask` would page in at --window (hybrid, the default),
+the rank of the answer chunk under hybrid, bm25 and semantic, and the old recall's choice —
+chunk-level BM25 top-1 over whole chunk texts (FTS5 across the document), what `ask` used before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cascade_cli.engine import Model, set_verbose  # noqa: E402
+from cascade_cli.engine.embed import Embedder  # noqa: E402
+from cascade_cli.paging.ask import arrange  # noqa: E402
+from cascade_cli.recall import Recall, fill  # noqa: E402
+from cascade_cli.recall.lexical import query_terms  # noqa: E402
+from cascade_cli.store import DiskStore  # noqa: E402
+
+HOME = ROOT / ".cascade-test" / "models"
+MODEL = HOME / "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBED = HOME / "all-MiniLM-L6-v2.f16.gguf"
+DATA = ROOT / "bench" / "data"
+QUESTIONS = ROOT / "bench" / "questions"
+
+
+class _Lib:
+    """What Recall needs of a Library: the store and an embedding model."""
+
+    def __init__(self, disk: DiskStore) -> None:
+        self.disk = disk
+        self.embedder_factory = lambda: Embedder(EMBED, threads=2)
+
+
+def chunk_texts(model: Model, text: str, block: int) -> list[str]:
+    """The chunks ingest would store, as text (paging.ingest.chunks without a context)."""
+    from cascade_cli.paging.ingest import pieces
+
+    out: list[str] = []
+    pending: list[int] = []
+    for _, piece in pieces(text):
+        pending.extend(model.tokenize(piece))
+        while len(pending) >= block:
+            out.append(model.detokenize(pending[:block]))
+            del pending[:block]
+    if pending:
+        out.append(model.detokenize(pending))
+    return out
+
+
+def old_top1(texts: list[str], question: str) -> int:
+    """The previous recall: BM25 over whole chunks, top-1."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, idx UNINDEXED)")
+    conn.executemany("INSERT INTO t VALUES (?, ?)", [(t, i) for i, t in enumerate(texts)])
+    terms = query_terms(question)
+    if not terms:
+        return -1
+    match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    row = conn.execute(
+        "SELECT idx FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 1", (match,)
+    ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def run_book(model: Model, book: str, window: int, block: int) -> dict[str, float]:
+    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
+    qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
+    texts = chunk_texts(model, text, block)
+    starts = [0]
+    for t in texts:
+        starts.append(starts[-1] + len(t))
+    joined = "".join(texts)
+    budget = (window - 41 - 32 - 256) // block  # prefix, question, answer reserve as in ask
+    with tempfile.TemporaryDirectory() as tmp:
+        disk = DiskStore.open(tmp, "questions-bench")
+        recall = Recall(_Lib(disk))
+        t0 = time.perf_counter()
+        for i, t in enumerate(texts):
+            recall.index("doc:1", i, t, starts[i])
+        recall.flush()
+        index_s = time.perf_counter() - t0
+        counts = recall.passage_counts("doc:1")
+        res = {"ask": 0, "hybrid@1": 0, "hybrid@3": 0, "bm25@1": 0, "semantic@1": 0, "old": 0}
+        times = []
+        for q in qs:
+            at = joined.find(q["evidence"])
+            if at < 0:
+                raise SystemExit(
+                    f"{book}: evidence not found after tokenization: {q['evidence']!r}"
+                )
+            end = at + len(q["evidence"]) - 1
+            answer = {i for i in range(len(texts)) if starts[i] <= end and at < starts[i + 1]}
+            row = []
+            for mode in ("hybrid", "bm25", "semantic"):
+                t = time.perf_counter()
+                hits = recall.search(["doc:1"], q["q"], mode)
+                if mode == "hybrid":
+                    times.append(time.perf_counter() - t)
+                    chosen = fill(hits, budget, lambda o: len(texts), lambda o, c: counts.get(c, 1))
+                    got = arrange([c for _, c in chosen])
+                    res["ask"] += bool(answer & set(got))
+                    res["hybrid@3"] += bool(answer & {h.chunk for h in hits[:3]})
+                ranks = [h.chunk for h in hits]
+                rank = min((ranks.index(a) for a in answer if a in ranks), default=99)
+                res[f"{mode}@1"] += rank == 0
+                row.append(f"{mode}:{rank if rank < 99 else '-'}")
+            old = old_top1(texts, q["q"])
+            res["old"] += old in answer
+            print(
+                f"  {book} {q['q'][:60]!r:64} {' '.join(row)} old:{'Y' if old in answer else 'n'}"
+            )
+        recall.close()
+        disk.close()
+    n = len(qs)
+    print(f"{book}: {len(texts)} chunks indexed in {index_s:.1f} s; hybrid search median "
+          f"{1000 * statistics.median(times):.1f} ms")  # fmt: skip
+    return {k: v / n for k, v in res.items()} | {"n": n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument(
+        "books", nargs="*", default=["prideprejudice", "persuasion", "northangerabbey", "emma"]
+    )
+    ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--block", type=int, default=512)
+    args = ap.parse_args()
+    set_verbose(False)
+    model = Model(MODEL)
+    rows = {b: run_book(model, b, args.window, args.block) for b in args.books}
+    print(f"\nwindow {args.window}, block {args.block}: answer chunk recalled")
+    print(
+        "| book | questions | `ask` pages it in (hybrid, budget filled) | hybrid top-1 | hybrid top-3 | bm25 passages top-1 | semantic top-1 | old: BM25 chunk top-1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for b, r in rows.items():
+        pct = {k: f"{100 * v:.0f} %" for k, v in r.items() if k != "n"}
+        print(f"| {b} | {r['n']:.0f} | {pct['ask']} | {pct['hybrid@1']} | {pct['hybrid@3']} | "
+              f"{pct['bm25@1']} | {pct['semantic@1']} | {pct['old']} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Recall on a real store with the real embedding model (no KV needed: recall reads the index)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cascade_cli.engine.embed import Embedder
+from cascade_cli.recall import Recall, fuse
+from cascade_cli.recall.lexical import PassageHit, query_terms
+from cascade_cli.recall.passages import MAX_WORDS, split
+from cascade_cli.store import DiskStore
+from tests.paging.helpers import GPL
+
+OWNER = "doc:1"
+TOPIC = (
+    "San Francisco is a city of hills, and its best views are free. In San Francisco the fog "
+    "rolls in each evening; the thing founders discuss in San Francisco cafes is startups. "
+    "People move to San Francisco for work, the best paid work; San Francisco rents are high, "
+    "and one thing every visitor learns is that San Francisco weather surprises them. "
+)
+ANSWER = (
+    "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a "
+    "sunny day."
+)
+SECRET = "The pass key is 48213. Remember it. 48213 is the pass key."
+
+
+class _Lib:
+    def __init__(self, disk: DiskStore, embed: Path | None) -> None:
+        self.disk = disk
+        self.embedder_factory = (lambda: Embedder(embed)) if embed else None
+
+
+@pytest.fixture()
+def recall(tmp_path: Path, embed_model_path: Path) -> Iterator[Recall]:
+    with DiskStore.open(tmp_path / "store", "recall-test") as disk:
+        r = Recall(_Lib(disk, embed_model_path))
+        try:
+            yield r
+        finally:
+            r.close()
+
+
+def haystack(n: int, needle: str | None = None, at: int = -1) -> list[str]:
+    """n chunk texts cut from the GPL; `needle` written into chunk `at`."""
+    text = GPL.read_text(encoding="utf-8")
+    chunks = [text[i * 2000 : (i + 1) * 2000] for i in range(n)]
+    if needle is not None:
+        c = chunks[at]
+        cut = c.find(". ", len(c) // 2) + 2
+        chunks[at] = c[:cut] + needle + " " + c[cut:]
+    return chunks
+
+
+def index_all(recall: Recall, chunks: list[str]) -> None:
+    start = 0
+    for i, c in enumerate(chunks):
+        recall.index(OWNER, i, c, start)
+        start += len(c)
+    recall.flush()
+
+
+def rank_of(recall: Recall, question: str, mode: str, chunk: int) -> int:
+    ranked = [h.chunk for h in recall.search([OWNER], question, mode)]
+    return ranked.index(chunk) if chunk in ranked else 999
+
+
+def old_chunk_bm25(chunks: list[str], question: str) -> int:
+    """Chunk-level BM25 top-1, the recall this replaced."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, idx UNINDEXED)")
+    conn.executemany("INSERT INTO t VALUES (?, ?)", [(c, i) for i, c in enumerate(chunks)])
+    match = " OR ".join(f'"{t}"' for t in query_terms(question))
+    (top,) = conn.execute("SELECT idx FROM t WHERE t MATCH ? ORDER BY bm25(t)", (match,)).fetchone()
+    return int(top)
+
+
+def test_passages_are_sentence_bounded_and_cover_the_text() -> None:
+    text = GPL.read_text(encoding="utf-8")[:6000]
+    ps = split(text)
+    assert len(ps) > 10
+    for p in ps:
+        assert text[p.start : p.start + len(p.text)] == p.text
+        assert len(p.text.split()) <= MAX_WORDS
+    words = [w for p in ps for w in p.text.split()]
+    assert words == text.split()  # nothing lost, nothing repeated
+
+
+def test_answer_beats_chunk_that_repeats_the_topic(recall: Recall) -> None:
+    chunks = haystack(8)
+    chunks[2] = TOPIC * 3  # mentions the city many times
+    chunks[5] = chunks[5][:1000] + " " + ANSWER + " " + chunks[5][1000:]
+    question = "What is the best thing to do in San Francisco?"
+    assert old_chunk_bm25(chunks, question) == 2  # the old recall picked the wrong chunk
+    index_all(recall, chunks)
+    for mode in ("bm25", "hybrid"):  # (embeddings alone rate the all-about-the-city chunk close)
+        assert rank_of(recall, question, mode, 5) == 0, mode
+    assert rank_of(recall, question, "semantic", 5) <= 1
+
+
+def test_paraphrase_recalled_where_bm25_is_not(recall: Recall) -> None:
+    chunks = haystack(12, SECRET, at=7)
+    for i in (2, 5, 10):  # the question's words, without its meaning
+        chunks[i] += (
+            " Remember that the number of copies is not limited; remember to keep the number of"
+            " each version with its notices, as you were asked."
+        )
+    index_all(recall, chunks)
+    question = "What secret number was I asked to remember?"
+    assert rank_of(recall, question, "bm25", 7) > 0
+    assert rank_of(recall, question, "semantic", 7) == 0
+    assert rank_of(recall, question, "hybrid", 7) == 0
+
+
+def test_fusion_keeps_exact_word_hits(recall: Recall) -> None:
+    chunks = haystack(12, "Form QX-7781 must be filed with the clerk.", at=9)
+    index_all(recall, chunks)
+    question = "Where does QX-7781 go?"
+    assert rank_of(recall, question, "bm25", 9) == 0
+    assert rank_of(recall, question, "hybrid", 9) <= 1
+    # and in the fusion itself: one method's lone top hit leads chunks both rank middling
+    lex = [PassageHit(OWNER, c, 0, 1.0) for c in (9, 1, 2, 3)]
+    sem = [PassageHit(OWNER, c, 0, 1.0) for c in (4, 1, 2, 3, 5, 6, 7, 8, 9)]
+    order = [h.chunk for h in fuse({"bm25": lex, "semantic": sem})]
+    assert set(order[:2]) == {9, 4} and order[2] == 1
+
+
+def test_reindex_replaces_and_forget_drops(recall: Recall) -> None:
+    chunks = haystack(6)
+    index_all(recall, chunks)
+    question = "What secret number was I asked to remember?"
+    assert rank_of(recall, question, "hybrid", 3) > 0
+    recall.index(OWNER, 3, chunks[3] + " " + SECRET)  # a chunk's text changes: re-indexed
+    assert rank_of(recall, question, "hybrid", 3) == 0
+    assert recall.indexed(OWNER) == set(range(6))
+    recall.drop_from(OWNER, 4)
+    assert recall.indexed(OWNER) == set(range(4))
+    recall.forget(OWNER)
+    assert recall.indexed(OWNER) == set() and recall.search([OWNER], question) == []
+
+
+def test_per_document_statistics(recall: Recall) -> None:
+    """BM25 of one document is not moved by another document's text."""
+    chunks = haystack(6, SECRET, at=2)
+    index_all(recall, chunks)
+    before = recall.search([OWNER], "What is the pass key?", "bm25")
+    for i, c in enumerate(haystack(6)):
+        recall.index("doc:2", i, c.replace("License", "pass key"))  # another doc full of the term
+    after = recall.search([OWNER], "What is the pass key?", "bm25")
+    assert [(h.chunk, round(h.score, 6)) for h in before] == [
+        (h.chunk, round(h.score, 6)) for h in after
+    ]
+
+
+def test_missing_embeddings_are_filled_at_search(tmp_path: Path, embed_model_path: Path) -> None:
+    """Passages indexed without an embedding model (or by a killed ingest) are embedded when a
+    semantic search needs them."""
+    with DiskStore.open(tmp_path / "s", "recall-test") as disk:
+        plain = Recall(_Lib(disk, None))
+        index_all(plain, haystack(6, SECRET, at=4))
+        plain.close()
+        full = Recall(_Lib(disk, embed_model_path))
+        assert full.pending([OWNER]) > 0
+        question = "What secret number was I asked to remember?"
+        assert rank_of(full, question, "semantic", 4) == 0
+        assert full.pending([OWNER]) == 0
+        full.close()
