@@ -108,10 +108,10 @@ def run_book(model: Model, book: str, window: int, block: int) -> dict[str, floa
             answer = {i for i in range(len(texts)) if starts[i] <= end and at < starts[i + 1]}
             row = []
             for mode in ("hybrid", "bm25", "semantic"):
-                t = time.perf_counter()
+                t_search = time.perf_counter()
                 hits = recall.search(["doc:1"], q["q"], mode)
                 if mode == "hybrid":
-                    times.append(time.perf_counter() - t)
+                    times.append(time.perf_counter() - t_search)
                     chosen = fill(hits, budget, lambda o: len(texts), lambda o, c: counts.get(c, 1))
                     got = arrange([c for _, c in chosen])
                     res["ask"] += bool(answer & set(got))
