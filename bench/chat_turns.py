@@ -11,8 +11,8 @@ explicit by decoding one token in the scratch sequence right after the layout ch
 the same one-token decode once nothing is pending. Paging's added cost per turn is recall +
 layout + that K-shift; medians over the turns that paged (a turn left or a chunk came in).
 
-rss: 200 short turns (≈ 90 tokens each, 4+ windows) in one process; VmRSS after turns 20, 50,
-100, 150 and 200.
+rss: 200 turns (≈ 230 tokens each with --chars 800: the window is full by turn 20, 200 turns
+are ≈ 11 windows) in one process; VmRSS after turns 20, 50, 100, 150 and 200.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def cost(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
 
 def rss(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
     chat = session(ctx, lib, 16)
-    msgs = filler(args.turns, seed=11, chars=250)
+    msgs = filler(args.turns, seed=11, chars=args.chars)
     marks = {20, 50, 100, 150, args.turns}
     seen: dict[int, float] = {}
     for i, msg in enumerate(msgs):
@@ -136,6 +136,7 @@ def main() -> None:
     ap.add_argument("what", choices=["cost", "rss"])
     ap.add_argument("--turns", type=int)
     ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--chars", type=int, default=800, help="rss: characters of each message")
     args = ap.parse_args()
     args.turns = args.turns or (50 if args.what == "cost" else 200)
     set_verbose(False)
