@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 from cascade_cli import kv  # noqa: E402
 from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402
 from cascade_cli.kv import codec  # noqa: E402
+from cascade_cli.samples import PERSUASION  # noqa: E402
 
 CHUNK = 512
 FORCED = 16
@@ -36,7 +37,7 @@ MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 def default_text() -> Path:
     data = ROOT / "bench" / "data"
     found = sorted(data.glob("*.txt")) if data.is_dir() else []
-    return found[0] if found else Path("/usr/share/common-licenses/GPL-3")
+    return found[0] if found else PERSUASION
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:

@@ -30,7 +30,9 @@ MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 def default_text() -> Path:
     data = ROOT / "bench" / "data"
     found = sorted(data.glob("*.txt")) if data.is_dir() else []
-    return found[0] if found else Path("/usr/share/common-licenses/GPL-3")
+    from cascade_cli.samples import PERSUASION
+
+    return found[0] if found else PERSUASION
 
 
 def child(text_path: Path, n_tokens: int, window: int, block: int, mode: str) -> dict[str, float]:

@@ -8,6 +8,7 @@ Tasks (answers scored by the needle's value appearing in the answer):
   thing to do in {topic} is eat a sandwich and sit in the park on a sunny day."), asked "What is
   the best thing to do in {topic}?"; a grid of depths × haystack lengths (in windows).
 - paraphrase: the pass-key needle, asked directly and in other words.
+- single (default): both of the above in one document, half a document apart.
 - multikey / multivalue / multiquery: RULER's niah_multikey (4 needles "One of the special magic
   numbers for {key} is: {value}." with similar keys, one asked), niah_multivalue (one key, 4
   values, all asked), niah_multiquery (4 keys, all asked in one question).
@@ -43,6 +44,7 @@ from cascade_cli.paging.ingest import IngestStatus, ingest  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.sliding import SlidingWriter  # noqa: E402
 from cascade_cli.recall import index as rindex  # noqa: E402
+from cascade_cli.recall import service  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 
 HOME = ROOT / ".cascade-test" / "models"
@@ -59,22 +61,32 @@ class Task:
 
     name: str
     needles: list[tuple[float, str]]
-    questions: list[tuple[str, str, list[str]]]  # (label, question, values that must appear)
+    #: (label, question, values that must appear, the needles it asks about: indices)
+    questions: list[tuple[str, str, list[str], list[int]]]
     meta: dict[str, object] = field(default_factory=dict)
 
 
 def niah(rng: random.Random, depth: float, topic: str) -> Task:
     text = f"The best thing to do in {topic} is eat a sandwich and sit in the park on a sunny day."
     q = f"What is the best thing to do in {topic}?"
-    return Task("niah", [(depth, text)], [("niah", q, ["sandwich"])])
+    return Task("niah", [(depth, text)], [("niah", q, ["sandwich"], [0])])
 
 
 def paraphrase(rng: random.Random, depth: float, topic: str) -> Task:
     key = str(rng.randrange(10000, 99999))
     text = f"The pass key is {key}. Remember it. {key} is the pass key."
     return Task("paraphrase", [(depth, text)], [
-        ("direct", "What is the pass key?", [key]),
-        ("paraphrased", "What secret number was I asked to remember?", [key]),
+        ("direct", "What is the pass key?", [key], [0]),
+        ("paraphrased", "What secret number was I asked to remember?", [key], [0]),
+    ])  # fmt: skip
+
+
+def single(rng: random.Random, depth: float, topic: str) -> Task:
+    """The topic needle at `depth` and the pass key half a document away, in one document (one
+    build serves both; they share no words)."""
+    a, b = niah(rng, depth, topic), paraphrase(rng, (depth + 0.5) % 1.0, topic)
+    return Task("single", a.needles + b.needles, a.questions + [
+        (label, q, values, [1]) for label, q, values, _ in b.questions
     ])  # fmt: skip
 
 
@@ -89,7 +101,7 @@ def multikey(rng: random.Random, depth: float, topic: str) -> Task:
     asked = rng.randrange(4)
     q = f"What is the special magic number for {keys[asked]} mentioned in the provided text?"
     needles = [(d, _magic(k, v)) for d, k, v in zip(depths, keys, values, strict=True)]
-    return Task("multikey", needles, [("multikey", q, [values[asked]])])
+    return Task("multikey", needles, [("multikey", q, [values[asked]], [asked])])
 
 
 def multivalue(rng: random.Random, depth: float, topic: str) -> Task:
@@ -98,7 +110,7 @@ def multivalue(rng: random.Random, depth: float, topic: str) -> Task:
     depths = sorted(rng.random() for _ in values)
     q = f"What are all the special magic numbers for {key} mentioned in the provided text?"
     needles = [(d, _magic(key, v)) for d, v in zip(depths, values, strict=True)]
-    return Task("multivalue", needles, [("multivalue", q, values)])
+    return Task("multivalue", needles, [("multivalue", q, values, [0, 1, 2, 3])])
 
 
 def multiquery(rng: random.Random, depth: float, topic: str) -> Task:
@@ -108,11 +120,11 @@ def multiquery(rng: random.Random, depth: float, topic: str) -> Task:
     q = (f"What are all the special magic numbers for {', '.join(keys[:-1])} and {keys[-1]} "
          "mentioned in the provided text?")  # fmt: skip
     needles = [(d, _magic(k, v)) for d, k, v in zip(depths, keys, values, strict=True)]
-    return Task("multiquery", needles, [("multiquery", q, values)])
+    return Task("multiquery", needles, [("multiquery", q, values, [0, 1, 2, 3])])
 
 
 TASKS: dict[str, Callable[[random.Random, float, str], Task]] = {
-    "niah": niah, "paraphrase": paraphrase, "multikey": multikey,
+    "niah": niah, "paraphrase": paraphrase, "single": single, "multikey": multikey,
     "multivalue": multivalue, "multiquery": multiquery,
 }  # fmt: skip
 
@@ -187,16 +199,16 @@ def build(
     block = base.block_size
     writer = SlidingWriter(ctx, lib, base)  # only for its capacity
     cap = writer.capacity
-    needle_chunks: list[list[int]] = []
+    needle_chunks: list[list[int]] = [[] for _ in task.needles]  # in the task's needle order
     redo: set[int] = set()
-    for depth, text in sorted(task.needles):
+    for i, (depth, text) in sorted(enumerate(task.needles), key=lambda x: x[1]):
         toks = ctx.model.tokenize(" " + text + " ")
         d = sentence_start(ctx, stream, int(depth * (len(stream) - 1)))
         first = d // block
         last = min(len(metas) - 1, (d + len(toks) - 1) // block + cap)
         end = metas[last].end
         stream[d:end] = toks + stream[d : end - len(toks)]  # later chunk boundaries stay
-        needle_chunks.append(list(range(first, (d + len(toks) - 1) // block + 1)))
+        needle_chunks[i] = list(range(first, (d + len(toks) - 1) // block + 1))
         redo.update(range(first, last + 1))
     with lib.disk.transaction() as conn:
         doc = catalog.create(
@@ -239,12 +251,15 @@ def main() -> None:
     ap.add_argument("--lengths", type=float, nargs="+", default=[25.0, 31.25], help="in windows")
     ap.add_argument("--depths", type=int, default=10)
     ap.add_argument("--trials", type=int, default=10, help="trials of each RULER task")
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument(
+        "--tasks", nargs="+", default=["single", "multikey", "multivalue", "multiquery"]
+    )
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", type=Path, default=None, help="write per-trial JSON lines here")
     ap.add_argument("--reindex", action="store_true", help="rebuild the base's recall index")
     args = ap.parse_args()
     set_verbose(False)
+    service.EMBED_NICE = 0  # trials wait for their embeddings: don't starve them
     WORK.mkdir(parents=True, exist_ok=True)
     cfg = resolve(
         {"gpu_cache_size": args.window, "block_size": args.block, "compression": "q4",
@@ -266,46 +281,45 @@ def main() -> None:
         for stale in catalog.documents(lib.conn, include_partial=True):
             if stale.name.startswith("trial-"):
                 lib.remove(stale)
-        n = 0
         base = base_document(ctx, lib, args.text, int(max(args.lengths) * args.window))
         if args.reindex:
             lib.recall.forget(base.owner)
             ensure_indexed(ctx, lib, base, print)
-        for li, times in enumerate(args.lengths):
+        plan: list[tuple[str, float, float]] = []  # task, depth, length; single needles first
+        for times in args.lengths:
+            for name in ("single", "niah", "paraphrase"):
+                if name in args.tasks:
+                    plan += [
+                        (name, (i + rng.random()) / args.depths, times) for i in range(args.depths)
+                    ]
+        for name in args.tasks:
+            if name.startswith("multi"):
+                plan += [(name, 0.0, args.lengths[0])] * args.trials
+        for n, (name, depth, times) in enumerate(plan):
             n_chunks = int(times * args.window) // args.block
-            plan: list[tuple[str, float]] = []
-            for name in args.tasks:
-                if name in ("niah", "paraphrase"):
-                    plan += [(name, (i + rng.random()) / args.depths) for i in range(args.depths)]
-                elif li == 0:
-                    plan += [(name, 0.0)] * args.trials
-            for name, depth in plan:
-                task = TASKS[name](rng, depth, args.topic)
-                doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
-                window = args.ruler_window if name.startswith("multi") else ask_window
-                row = []
-                for label, question, values in task.questions:
-                    res = AskResult(doc=doc.name)
-                    answer = "".join(
-                        ask(ctx, lib, doc, question, res, window=window, max_tokens=64)
-                    )
-                    ok = all(v.lower() in answer.lower() for v in values)
-                    got = {c["index"] for c in res.chunks}
-                    rec = all(any(c in got for c in cs) for cs in needle_chunks)
-                    key = f"{label}@{times:g}x" if label == "niah" else label
-                    scores.setdefault(key, []).append(int(ok))
-                    recalls.setdefault(key, []).append(int(rec))
-                    recall_s.append(res.timings["recall_s"])
-                    ttft.append(res.timings["ttft_s"])
-                    row.append(f"{label}:{'Y' if ok else 'n'}{'r' if rec else '-'}")
-                    if out:
-                        out.write(json.dumps({"task": key, "depth": depth, "ok": ok, "recalled": rec,
+            task = TASKS[name](rng, depth, args.topic)
+            doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
+            window = args.ruler_window if name.startswith("multi") else ask_window
+            row = []
+            for label, question, values, needles in task.questions:
+                res = AskResult(doc=doc.name)
+                answer = "".join(ask(ctx, lib, doc, question, res, window=window, max_tokens=48))
+                ok = all(v.lower() in answer.lower() for v in values)
+                got = {c["index"] for c in res.chunks}
+                rec = all(any(c in got for c in needle_chunks[i]) for i in needles)
+                key = f"{label}@{times:g}x" if label == "niah" else label
+                scores.setdefault(key, []).append(int(ok))
+                recalls.setdefault(key, []).append(int(rec))
+                recall_s.append(res.timings["recall_s"])
+                ttft.append(res.timings["ttft_s"])
+                row.append(f"{label}:{'Y' if ok else 'n'}{'r' if rec else '-'}")
+                if out:
+                    out.write(json.dumps({"task": key, "depth": depth, "ok": ok, "recalled": rec,
                                               "needle_chunks": needle_chunks, "chunks": sorted(got),
                                               "answer": answer, "values": values, **res.timings}) + "\n")  # fmt: skip
-                        out.flush()
-                print(f"{n:3d} {name} depth {depth:.2f} {times:g}x: {' '.join(row)}", flush=True)
-                lib.remove(doc)
-                n += 1
+                    out.flush()
+            print(f"{n:3d} {name} depth {depth:.2f} {times:g}x: {' '.join(row)}", flush=True)
+            lib.remove(doc)
     print(f"\ntext {args.text.name}, ingest window {args.window}, ask window {ask_window} "
           f"(RULER {args.ruler_window}), block {args.block}, q4, hybrid recall")  # fmt: skip
     print("| task | answered | needle chunk(s) recalled |")

@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 from cascade_cli import kv  # noqa: E402
 from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402
 from cascade_cli.paging.window import Window  # noqa: E402
+from cascade_cli.samples import PERSUASION  # noqa: E402
 from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache  # noqa: E402
 
 MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,7 +39,7 @@ MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 def default_text() -> Path:
     data = ROOT / "bench" / "data"
     found = sorted(data.glob("*.txt")) if data.is_dir() else []
-    return found[0] if found else Path("/usr/share/common-licenses/GPL-3")
+    return found[0] if found else PERSUASION
 
 
 def drop_cache(files: list[Path]) -> None:

@@ -1,78 +1,98 @@
-"""Time to first token: `ask` on an ingested book vs prefilling the same recalled text.
+"""Time to first token: `ask` (hybrid recall, budget filled) vs prefilling what it recalled.
 
-python bench/ttft.py [--configs 1:0 1:1 3:0 7:0] [--rounds 3]
+python bench/ttft.py [--doc base-persuasion-32000] [--book persuasion] [--questions 8]
+                     [--window 4096] [--block 512]
 
-Reuses the base document of bench/needle.py (run that first). For each top-k:neighbours config
-(BM25 recall; 1:1 is `ask`'s default), asks questions about the book through the real ask path
-(sink and chunks restored from disk, RAM tier cleared before each ask) and, in the same process,
-prefills the same prefix, chunk tokens and question from scratch; reports medians over
-rounds × questions and their ratio.
+Reuses a base document of bench/niah.py (run that first; its store is bench/.work/store). Asks
+the book's hand-written questions (bench/questions/<book>.json) through the real ask path — sink
+and chunks restored from disk with the RAM tier cleared before each ask, recall included — and,
+in the same process, prefills the same prefix, chunk tokens and question from scratch. Reports
+medians and their ratio, and the recall time inside each ask.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.needle import MODEL, WORK, prefill_ttft  # noqa: E402
+from bench.niah import EMBED, MODEL, WORK  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
-from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
+from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
+from cascade_cli.engine.generate import Generation, generate  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
 from cascade_cli.paging.ask import AskResult, ask  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
+from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
+from cascade_cli.paging.window import Window  # noqa: E402
 
-QUESTIONS = [
-    "Who is Mr. Knightley?",
-    "What happened at Box Hill?",
-    "Where does Harriet Smith live?",
-]
+
+def prefill_ttft(ctx: Context, window: int, chunks: list[list[int]], question: str) -> float:
+    """Time to first token when the same recalled text is prefilled from scratch."""
+    fr = frame(ctx.model)
+    win = Window(ctx, window)
+    t = time.perf_counter()
+    win.append(fr.prefix)
+    for toks in chunks:
+        win.append(toks)
+    win.append(question_tokens(ctx.model, fr, question), logits="last")
+    with Sampler(SamplerSettings(temperature=0)) as sampler:
+        next(iter(generate(ctx, sampler, 0, Generation(pos=win.end), 1, limit=window)), "")
+    secs = time.perf_counter() - t
+    win.reset()
+    return secs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--configs", nargs="+", default=["1:0", "1:1", "3:0", "7:0"])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--doc", default="base-persuasion-32000")
+    ap.add_argument("--book", default="persuasion")
+    ap.add_argument("--questions", type=int, default=8)
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
     args = ap.parse_args()
     set_verbose(False)
+    qfile = ROOT / "bench" / "questions" / f"{args.book}.json"
+    questions = [q["q"] for q in json.loads(qfile.read_text())["questions"]][: args.questions]
     cfg = resolve(
         {"gpu_cache_size": args.window, "block_size": args.block, "compression": "q4",
          "disk_cache_path": str(WORK / "store"), "memory_cache_size": "256MiB"},
         config_file=None,
     )  # fmt: skip
     with (
-        Context(
-            Model(MODEL), args.window + args.block + 256, 3, args.block, cfg.n_threads, "off"
-        ) as ctx,
-        Library(cfg, ctx) as lib,
-    ):
-        doc = catalog.find(lib.conn, "base")
-        print(f"document: {doc.tokens} tokens, {doc.chunks} chunks, window {args.window}")
-        print("| top-k | neighbours | recalled tokens | ask TTFT s | prefill TTFT s | ratio |")
+        Context(Model(MODEL), args.window + args.block + 256, 3, args.block, cfg.n_threads, "off") as ctx,
+        Library(cfg, ctx, embed_path=EMBED) as lib,
+    ):  # fmt: skip
+        doc = catalog.find(lib.conn, args.doc)
+        print(
+            f"document {doc.name}: {doc.tokens} tokens, {doc.chunks} chunks, window {args.window}"
+        )
+        asked, scratch, recall, tokens = [], [], [], []
+        for question in questions:
+            lib.ram.clear()
+            res = AskResult(doc=doc.name)
+            for _ in ask(ctx, lib, doc, question, res, window=args.window, max_tokens=1):
+                pass
+            asked.append(res.timings["ttft_s"])
+            recall.append(res.timings["recall_s"])
+            metas = [lib.disk.meta(doc.chunk_key(c["index"])) for c in res.chunks]
+            tokens.append(sum(m.n_tokens for m in metas))
+            scratch.append(
+                prefill_ttft(ctx, args.window, [m.tokens.tolist() for m in metas], question)
+            )
+        a, s = statistics.median(asked), statistics.median(scratch)
+        print(
+            "| questions | recalled tokens (median) | ask TTFT s | prefill TTFT s | ratio | recall ms (median, max) |"
+        )
         print("|---|---|---|---|---|---|")
-        for config in args.configs:
-            k, nb = (int(x) for x in config.split(":"))
-            asked, scratch, tokens = [], [], 0
-            for question in QUESTIONS * args.rounds:
-                lib.ram.clear()
-                res = AskResult(doc=doc.name)
-                for _ in ask(ctx, lib, doc, question, res, window=args.window, mode="bm25",
-                             top_k=k, neighbors=nb, max_tokens=1):  # fmt: skip
-                    pass
-                asked.append(res.timings["ttft_s"])
-                metas = [lib.disk.meta(doc.chunk_key(c["index"])) for c in res.chunks]
-                tokens = sum(m.n_tokens for m in metas)
-                scratch.append(
-                    prefill_ttft(ctx, args.window, [m.tokens.tolist() for m in metas], question)
-                )
-            a, s = statistics.median(asked), statistics.median(scratch)
-            print(f"| {k} | {nb} | {tokens} | {a:.3f} | {s:.3f} | {s / a:.1f}x |", flush=True)
+        print(f"| {len(questions)} | {statistics.median(tokens):.0f} | {a:.3f} | {s:.3f} | {s / a:.1f}x | "
+              f"{1000 * statistics.median(recall):.1f}, {1000 * max(recall):.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

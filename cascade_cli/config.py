@@ -126,6 +126,9 @@ class Settings:
 _FIELDS = {f.name for f in dataclasses.fields(Settings)}
 
 
+_TEXT = ("model", "disk_cache_path", "compression", "flash_attn")
+
+
 def _coerce(key: str, value: Any) -> Any:
     if key in ("memory_cache_size", "disk_cache_budget"):
         return parse_size(value, key)
@@ -206,6 +209,11 @@ def resolve(flags: dict[str, Any] | None = None, config_file: Path | None = None
     path = config_file if config_file is not None else default_config_file()
     if config_file is not None or path.exists():
         for key, value in read_toml(path).items():
+            if key in _TEXT and not isinstance(value, str):  # TOML knows types; flags are text
+                raise ConfigError(
+                    f"config file {path}: {key} = {value!r} is a {type(value).__name__}",
+                    f'Write it as a string, e.g. {key} = "…".',
+                )
             values[key] = _coerce(key, value)
     for key in _FIELDS:
         env = os.environ.get(f"CASCADE_{key.upper()}")

@@ -69,9 +69,16 @@ class CorruptChunkError(StoreError):
     """A stored chunk failed verification; callers recompute it from its tokens."""
 
 
+class StaleStoreError(StoreError):
+    """The store was built by a llama.cpp or payload format this build cannot load."""
+
+
 class CodecError(StoreError):
     """A KV state blob has a layout the codec does not support."""
 
 
 class NotFoundError(StoreError):
-    """A document, chunk or session does not exist."""
+    """A document, chunk or session does not exist (exit code 6, checked before the model
+    loads wherever the store can tell)."""
+
+    exit_code = 6

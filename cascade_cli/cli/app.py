@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cascade_cli import __version__
-from cascade_cli.cli import ask, chat, docs, ingest, models, stats
+from cascade_cli.cli import ask, chat, docs, ingest, models, stats, verify
 from cascade_cli.cli.state import STATE, err
 from cascade_cli.errors import CascadeError
 
@@ -29,6 +29,7 @@ app.command("sessions")(docs.sessions_cmd)
 app.command("rm")(docs.rm)
 app.add_typer(models.app, name="models")
 app.command("stats")(stats.stats)
+app.command("verify")(verify.verify)
 
 
 def _version(value: bool) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.engine import SamplerSettings
@@ -38,6 +39,15 @@ def ask_cmd(
             min=0,
         ),
     ] = 1,
+    quote: Annotated[
+        int,
+        typer.Option(
+            "--quote",
+            help="Best passages quoted again right before the question (0 = none; each costs "
+            "~25 tokens to decode).",
+            min=0,
+        ),
+    ] = 0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
@@ -81,10 +91,11 @@ def ask_cmd(
         seed=0xFFFFFFFF if seed is None else seed,
         repeat_penalty=repeat_penalty,
     )
+    require_document(cfg, doc)  # before the model loads
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,
-        Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
+        Library(cfg, ctx, mode="shared", embed_path=embed_path(cfg)) as lib,
     ):
         lib.recall.preload()
         document = lib.find(doc)
@@ -99,6 +110,7 @@ def ask_cmd(
             mode=cfg.recall,
             top_k=top_k,
             neighbors=neighbors,
+            quote=quote,
             max_tokens=max_tokens,
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{text}[/dim]"),

@@ -11,7 +11,9 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
-from cascade_cli.errors import CascadeError
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context
+from cascade_cli.errors import CascadeError, StoreLockedError
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
@@ -82,6 +84,20 @@ def _stats(session: ChatSession) -> None:
         f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
         f"recalled: {', '.join(last.recalled) or '-'}"
     )
+
+
+def _library(cfg: Settings, ctx: Context) -> Library:
+    """The store for writing; beside another writer (an ingest, another chat), shared: turns
+    are kept as text and their KV is recomputed when the session is next opened."""
+    path = embed_path(cfg)
+    try:
+        return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
+    except StoreLockedError:
+        err.print(
+            "[dim](the store is being written by another process: this chat keeps its turns' "
+            "text, and their KV is recomputed next time)[/dim]"
+        )
+        return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
 
 
 def _fresh_name(lib: Library) -> str:
@@ -211,7 +227,7 @@ def chat(
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=256) as ctx,
-        Library(cfg, ctx, embed_path=embed_path(cfg), any_model=True) as lib,
+        _library(cfg, ctx) as lib,
     ):
         lib.recall.preload()
         documents = [lib.find(d) for d in doc or []]
@@ -238,5 +254,5 @@ def chat(
             if session.s.turns:
                 hint = "" if session_name else f"; resume with `cascade chat --session {name}`"
                 err.print(f"[dim](session {name}: {session.s.turns} turns saved{hint})[/dim]")
-            elif session.created:
-                session.delete()
+            elif session.created and session.pages.saving:
+                session.delete()  # an empty session is not kept

@@ -82,6 +82,8 @@ def ingest_cmd(
 ) -> None:
     """Ingest files into the store (KV chunks, and passages indexed and embedded for recall);
     an interrupted ingest resumes when run again."""
+    if name is not None and not name.strip():
+        raise InputError("--name is empty", "Pass a name, or leave --name out to use the file's.")
     if name and len(files) > 1:
         raise InputError(
             "--name needs exactly one file", "Ingest files one at a time to name them."
@@ -114,7 +116,16 @@ def ingest_cmd(
         for path in files:
             doc_name = name or path.stem
             with _LazyBar(doc_name, cfg.block_size) as update:
-                doc = ingest(ctx, lib, path, doc_name, encoding, update, named=name is not None)
+                doc = ingest(
+                    ctx,
+                    lib,
+                    path,
+                    doc_name,
+                    encoding,
+                    update,
+                    named=name is not None,
+                    notice=lambda text: err.print(f"[dim]{text}[/dim]"),
+                )
             out.print(
                 f"ingested [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "
                 f"{doc.chunks} chunks, {doc.scheme}"

@@ -19,6 +19,7 @@ from rich.progress import (
 from cascade_cli.cli.state import STATE, err
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model, set_verbose
+from cascade_cli.errors import ConfigError
 from cascade_cli.registry import Progress as ProgressFn
 from cascade_cli.registry import resolve_model
 
@@ -86,6 +87,13 @@ def open_context(
     settings: Settings, model: Model, extra_tokens: int = 0, n_seq_max: int = 4
 ) -> Iterator[Context]:
     """A context whose window is gpu_cache_size tokens, plus room for scratch sequences."""
+    trained = model.n_ctx_train
+    if 0 < trained < settings.gpu_cache_size:
+        raise ConfigError(
+            f"--gpu-cache-size {settings.gpu_cache_size} is above the {trained}-token context "
+            f"{model.path.name} was trained on (answers past it are garbage)",
+            f"Use --gpu-cache-size {trained} or less.",
+        )
     n_batch = min(settings.block_size, 2048)
     with Context(
         model,

@@ -1,6 +1,6 @@
 """The only package that imports llama_cpp: models, contexts, batches, sampling, KV ops."""
 
-from cascade_cli.engine._llama import set_verbose
+from cascade_cli.engine._llama import llama_version, set_verbose
 from cascade_cli.engine.context import Batch, Context, resolve_flash_attn
 from cascade_cli.engine.generate import TokenStream, generate
 from cascade_cli.engine.model import GGML_TYPE_F16, GGML_TYPE_Q8_0, Model, file_identity
@@ -20,6 +20,7 @@ __all__ = [
     "generate",
     "library_dir",
     "library_path",
+    "llama_version",
     "resolve_flash_attn",
     "set_verbose",
 ]

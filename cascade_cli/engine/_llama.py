@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
+from typing import Any
 
 import llama_cpp as ll
 from llama_cpp import _logger  # noqa: F401  (installs llama.cpp's log callback)
+from llama_cpp import llama_cpp as _raw
 
-__all__ = ["ensure_backend", "ll", "set_verbose"]
+__all__ = ["ensure_backend", "init_penalties", "ll", "llama_version", "set_verbose"]
+
+#: llama.h: ``llama_sampler_init_penalties(int32_t penalty_last_n, float penalty_repeat,
+#: float penalty_freq, float penalty_present)``. The 0.3.36 binding still declares an extra
+#: leading int (a former n_vocab): five arguments to a four-parameter function, right on
+#: x86-64 System V only because ints and floats travel in separate registers. A prototype of
+#: our own (a fresh function object, so the binding's is left alone) passes exactly four.
+_penalties: Any = _raw._lib["llama_sampler_init_penalties"]
+_penalties.argtypes = [ctypes.c_int32, ctypes.c_float, ctypes.c_float, ctypes.c_float]
+_penalties.restype = ll.llama_sampler_init_penalties.restype
+
+
+def init_penalties(last_n: int, repeat: float, freq: float = 0.0, present: float = 0.0) -> Any:
+    """A repeat/frequency/presence penalty sampler over the last ``last_n`` tokens."""
+    return _penalties(last_n, repeat, freq, present)
+
 
 _lock = threading.Lock()
 _ready = False
@@ -30,3 +48,8 @@ def ensure_backend() -> None:
 
 
 set_verbose(False)
+
+
+def llama_version() -> str:
+    """The llama-cpp-python release, which pins the llama.cpp that writes our KV states."""
+    return str(ll.__version__)

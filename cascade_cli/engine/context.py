@@ -118,9 +118,9 @@ class Context:
         return self._h
 
     def fingerprint(self) -> str:
-        """Model fingerprint plus this context's KV layout (types, V transposition)."""
-        fa = "flash-attn-on" if self.flash_attn else "flash-attn-off"
-        return f"{self.model.fingerprint(self.type_k, self.type_v)}-{fa}"
+        """Model fingerprint plus this context's KV types. V's layout (transposed unless flash
+        attention is on) is not part of it: the pager converts it on decode."""
+        return self.model.fingerprint(self.type_k, self.type_v)
 
     def close(self) -> None:
         """Free the batch and the context."""

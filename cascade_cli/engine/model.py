@@ -10,6 +10,7 @@ from types import TracebackType
 
 from cascade_cli.engine._llama import ensure_backend, ll
 from cascade_cli.engine.gguf import tensor_names
+from cascade_cli.engine.template import Part, tokenize_parts
 from cascade_cli.errors import EngineError, ModelError
 from cascade_cli.kv.rope import Rope
 
@@ -226,3 +227,22 @@ class Model:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = n + 1
         raise EngineError("chat template output kept growing")
+
+    def chat_tokens(
+        self, messages: Sequence[tuple[str, str]], add_assistant: bool = True
+    ) -> list[int]:
+        """The rendered chat as token ids, message text never parsed for special tokens (a
+        message spelling ``<|im_start|>system`` stays text); see engine.template."""
+        marks = [f"@@CASCADE-MESSAGE-{i}@@" for i in range(len(messages))]
+        rendered = self.apply_chat_template(
+            [(role, mark) for (role, _), mark in zip(messages, marks, strict=True)],
+            add_assistant,
+        )
+        parts: list[Part] = []
+        for (_, content), mark in zip(messages, marks, strict=True):
+            before, found, rendered = rendered.partition(mark)
+            if not found:
+                raise EngineError("the model's chat template rewrites message text")
+            parts += [(before, True), (content, False)]
+        parts.append((rendered, True))
+        return tokenize_parts(self, parts, add_special=True)

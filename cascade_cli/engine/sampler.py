@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import TracebackType
 
-from cascade_cli.engine._llama import ll
+from cascade_cli.engine._llama import init_penalties, ll
 from cascade_cli.engine.context import Context
 from cascade_cli.errors import EngineError
 
@@ -31,10 +31,7 @@ class Sampler:
             raise EngineError("could not create a sampler chain")
         self._h: ll.llama_sampler_p | None = chain
         if settings.repeat_penalty != 1.0:
-            # The binding declares a leading n_vocab that the C function (last_n, repeat, freq,
-            # present) no longer has; passing last_n in both int slots is right for either.
-            penalties = ll.llama_sampler_init_penalties(64, 64, settings.repeat_penalty, 0.0, 0.0)
-            ll.llama_sampler_chain_add(chain, penalties)
+            ll.llama_sampler_chain_add(chain, init_penalties(64, settings.repeat_penalty))
         if settings.temperature <= 0:
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
         else:

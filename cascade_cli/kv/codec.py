@@ -31,7 +31,7 @@ Payload format (little-endian), version 2 (version 1: the same without flag 8)::
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -248,20 +248,42 @@ def decoded_size(payload: kvblob.BlobLike) -> int:
     return kvblob.blob_size(info(payload).header)
 
 
+def with_v_trans(hdr: kvblob.BlobHeader, v_trans: bool) -> kvblob.BlobHeader:
+    """The header of the same chunk with V stored transposed (flash attention off) or not."""
+    if hdr.n_cells == 0 or hdr.v_trans == v_trans:
+        return hdr
+    meta = hdr.meta[:-8] + struct.pack("<II", int(v_trans), hdr.n_layer)
+    return replace(hdr, meta=meta, v_trans=v_trans)
+
+
+def _convert_v(src: U8, hdr: kvblob.BlobHeader, out: U8) -> None:
+    """Rewrite the blob `src` into `out` with `hdr`'s V layout (a transpose per layer)."""
+    blob = kvblob.parse(src)
+    vs = [blob.v_rows(i).T if hdr.v_trans else blob.v_rows(i) for i in range(hdr.n_layer)]
+    kvblob.serialize(kvblob.KVBlob(hdr, blob.k, tuple(vs)), out)
+
+
 def decode(
     payload: kvblob.BlobLike,
     out: U8 | None = None,
     native_kernels: bool = True,
     at: int | None = None,
     rope: Rope | None = None,
+    v_trans: bool | None = None,
 ) -> U8:
     """Rebuild a ready-to-restore blob into `out` (or a new array); returns the filled view.
 
     With `at`, the chunk is rebuilt already moved so that its lowest position becomes `at`
     (keys re-roped with `rope` while they are still f32 — cheaper than shifting afterwards).
+    With `v_trans`, V comes out in that layout whatever layout it was saved from (llama.cpp
+    stores V transposed unless flash attention is on): quantized payloads hold V by token rows
+    either way, so only verbatim (`none`) payloads pay for a transpose.
     """
     buf = kvblob.as_u8(payload)
     pi = info(buf)
+    saved = pi.header
+    if v_trans is not None:
+        pi = replace(pi, header=with_v_trans(saved, v_trans))
     hdr = pi.header
     size = kvblob.blob_size(hdr)
     if out is None:
@@ -278,8 +300,14 @@ def decode(
         rest = buf[pi.body :]
         if len(hdr.meta) + rest.nbytes != size:
             raise CodecError("KV payload truncated")
-        out[: len(hdr.meta)] = np.frombuffer(hdr.meta, dtype=np.uint8)
-        out[len(hdr.meta) : size] = rest
+        if hdr is saved:
+            out[: len(hdr.meta)] = np.frombuffer(hdr.meta, dtype=np.uint8)
+            out[len(hdr.meta) : size] = rest
+        else:
+            src = np.empty(size, dtype=np.uint8)
+            src[: len(saved.meta)] = np.frombuffer(saved.meta, dtype=np.uint8)
+            src[len(saved.meta) :] = rest
+            _convert_v(src, hdr, out)
         if move is not None:
             ks, _ = kvblob.layout(hdr, out)
             pmap(lambda i: move.apply_f16(ks[i], ks[i], native_kernels), hdr.n_layer)

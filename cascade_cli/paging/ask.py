@@ -13,16 +13,21 @@ from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundErro
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import fill
+from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
 #: Window order of recalled chunks ('relevance': best hit nearest the question; 'document').
 ORDER = "relevance"
+#: Best passages quoted again right before the question (one per top hit; 0 = none: each
+#: costs ~25 tokens to decode on every ask, and 4 lifted a probe from 7/11 to 8/11 answers).
+QUOTE = 0
 
 
-def _quiet(message: str) -> None:
+def quiet(message: str) -> None:
     return None
 
 
@@ -33,12 +38,13 @@ class AskResult:
     doc: str
     chunks: list[dict[str, Any]] = field(default_factory=list)
     sink: dict[str, Any] = field(default_factory=dict)
+    passages: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     answer: str = ""
 
 
 def ensure_indexed(
-    ctx: Context, lib: Library, doc: catalog.Document, notice: Notice = _quiet
+    ctx: Context, lib: Library, doc: catalog.Document, notice: Notice = quiet
 ) -> None:
     """Give a document ingested before passage recall (or whose recall rows a crash lost) its
     passages, from the chunks' stored token ids, and embed what is not embedded — saying so."""
@@ -72,12 +78,20 @@ def plan(
     reserve: int,
     neighbors: int = 1,
     order: str = ORDER,
+    quote: int = QUOTE,
+    quoted: list[str] | None = None,
 ) -> tuple[list[int], list[int]]:
-    """(chunk indices to page in, in document order; question tokens) sized to fit the window
+    """(chunk indices to page in, in window order; question tokens) sized to fit the window
     with `reserve` left: the best distinct hits (at most `top_k` when > 0) and, where a hit's
-    best passage touches its chunk's edge, up to `neighbors` chunks beyond it."""
+    best passage touches its chunk's edge, up to `neighbors` chunks beyond it. The best passage
+    of each of the first `quote` hits is quoted before the question (and appended to
+    `quoted`)."""
     fr = frame(ctx.model)
-    q = question_tokens(ctx.model, fr, question)
+    hits = lib.recall.search([doc.owner], question, mode)
+    evidence = lib.recall.passage_texts(hits[:quote])
+    if quoted is not None:
+        quoted.extend(evidence)
+    q = question_tokens(ctx.model, fr, question, evidence)
     room = window - len(fr.prefix) - len(q) - reserve
     budget = max(0, room // doc.block_size)
     if budget == 0:
@@ -86,7 +100,6 @@ def plan(
             f"after the prompt, the question and {reserve} answer tokens",
             "Raise --gpu-cache-size or lower --max-tokens.",
         )
-    hits = lib.recall.search([doc.owner], question, mode)
     counts = lib.recall.passage_counts(doc.owner)
     chosen = fill(
         hits,
@@ -119,6 +132,32 @@ def arrange(best_first: list[int], order: str = ORDER) -> list[int]:
     return [c for run in runs for c in run]
 
 
+def _place(
+    lib: Library,
+    win: Window,
+    chosen: list[int],
+    metas: list[ChunkMeta],
+    warm: set[str],
+    fresh: dict[str, Any],
+    result: AskResult,
+) -> tuple[int, ChunkMeta | None]:
+    """Place the chunks after the sink; (tokens restored, the first damaged chunk or None)."""
+    result.chunks = []
+    restored = 0
+    for idx, meta in zip(chosen, metas, strict=True):
+        if meta.key in fresh:
+            win.place(fresh[meta.key])
+            tier = "recomputed"
+        else:
+            try:
+                restored += win.place(lib.pager.get(meta.key, at=win.end))
+            except CorruptChunkError:
+                return restored, meta
+            tier = "ram" if meta.key in warm else "disk"
+        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+    return restored, None
+
+
 def ask(
     ctx: Context,
     lib: Library,
@@ -131,9 +170,10 @@ def ask(
     top_k: int = 0,
     neighbors: int = 1,
     order: str = ORDER,
+    quote: int = QUOTE,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
-    notice: Notice = _quiet,
+    notice: Notice = quiet,
 ) -> Iterator[str]:
     """Stream the answer; `result` is filled with chunks and timings as it goes.
 
@@ -145,14 +185,19 @@ def ask(
     reserve = min(max_tokens, 256)
     win = Window(ctx, window)
     t_recall = time.perf_counter()
-    chosen, q = plan(ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order)
+    chosen, q = plan(
+        ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order, quote,
+        result.passages,
+    )  # fmt: skip
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
     try:
         metas = [lib.disk.meta(k) for k in keys]
-    except NotFoundError as exc:  # the store dropped the row of a lost file when it was opened
+    except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
+        gone = set(keys) & lib.disk.evicted(doc.owner)
+        why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
         raise NotFoundError(
-            f"'{doc.name}' is missing chunks in the store ({exc.message})",
+            f"'{doc.name}' is missing chunks in the store ({why})",
             f"Run `cascade ingest {doc.path}` again: it recomputes the missing chunks.",
         ) from None
     warm = {k for k in keys if k in lib.ram}
@@ -164,21 +209,19 @@ def ask(
         pos += meta.n_tokens
     lib.pager.prefetch([sink_key(prefix), *keys], at)
     t_plan = time.perf_counter()
-    sink_tier = place_sink(lib, win, prefix, doc.scheme)
+    fresh: dict[str, Any] = {}  # damaged chunks recomputed in their own context
+    sink_tier = ""
+    while True:
+        tier = place_sink(lib, win, prefix, doc.scheme)
+        sink_tier = sink_tier or tier  # the first pass's: later ones find it in RAM
+        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result)
+        if damaged is None:
+            break
+        # never serve bad bytes: recompute the chunk where ingest made it, then start over
+        fresh[damaged.key] = recompute(ctx, lib, doc, damaged)
+        win.reset()
     result.sink = {"tokens": len(prefix), "tier": sink_tier}
-    restored = 0
-    recomputed = 0
-    for idx, key, meta in zip(chosen, keys, metas, strict=True):
-        tier = "ram" if key in warm else "disk"
-        try:
-            restored += win.place(lib.pager.get(key, at=win.end))
-        except CorruptChunkError:
-            tier = "recomputed"  # never serve bad bytes: recompute from the stored token ids
-            pos = win.end
-            win.append(meta.tokens.tolist())
-            recomputed += meta.n_tokens
-            lib.pager.save(meta.replace(pos=pos), win.save(pos, pos + meta.n_tokens))
-        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+    recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
     win.append(q, logits="last")

@@ -21,10 +21,12 @@ from pathlib import Path
 from cascade_cli.engine import Context
 from cascade_cli.errors import InputError
 from cascade_cli.paging import catalog
+from cascade_cli.paging.ask import Notice, ensure_indexed, quiet
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.sliding import SlidingWriter
 from cascade_cli.store import ChunkMeta
+from cascade_cli.store.files import crash_point
 
 _PIECE = 16_384  # characters tokenized at a time (split at paragraph boundaries)
 
@@ -56,8 +58,11 @@ def read_text(path: Path, encoding: str = "utf-8") -> tuple[str, str]:
         raise InputError(f"{path} is a directory", "Pass a text file.") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None
-    if b"\x00" in data[:65536]:
-        raise InputError(f"{path} looks like a binary file", "Pass plain text or Markdown.")
+    if b"\x00" in data:
+        raise InputError(
+            f"{path} looks like a binary file (it contains NUL bytes)",
+            "Pass plain text or Markdown.",
+        )
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -162,6 +167,7 @@ def ingest(
     encoding: str,
     progress: Progress,
     named: bool = True,
+    notice: Notice = quiet,
 ) -> catalog.Document:
     """Ingest one file (resuming if possible); older versions are dropped only after success."""
     cfg = lib.settings
@@ -175,8 +181,10 @@ def ingest(
         )
     catalog.sweep(lib.disk)
     doc, finished = start_version(lib, path, sha, name, limit, len(fr.prefix), named)
-    if finished:
+    if finished:  # nothing to decode; a store from before passage recall gets its passages
+        ensure_indexed(ctx, lib, doc, notice)
         return doc
+    lib.disk.set_pinned(doc.owner, True)  # the disk budget never evicts an unfinished ingest
     writer = SlidingWriter(ctx, lib, doc)
     done = _committed(lib, doc)
     lib.recall.drop_from(doc.owner, len(done))
@@ -209,8 +217,13 @@ def ingest(
         )
     lib.pager.flush()
     lib.recall.flush()
+    crash_point("ingest_before_finish")
+    # evictable once finished (LRU under a disk budget); unpinned first, so a crash between
+    # the two leaves an unfinished document that the next run pins again, never a pinned one
+    lib.disk.set_pinned(doc.owner, False)
     with lib.disk.transaction() as conn:
         catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)
+    crash_point("ingest_after_finish")
     catalog.sweep(lib.disk)  # drops the versions this one replaces
     return catalog.by_id(lib.disk.conn, doc.id)

@@ -5,19 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from cascade_cli import kv
 from cascade_cli.config import Settings
-from cascade_cli.engine import Context, library_dir
+from cascade_cli.engine import Context, library_dir, llama_version
 from cascade_cli.engine.embed import Embedder
 from cascade_cli.errors import FingerprintMismatchError
+from cascade_cli.kv.codec import VERSION, VERSIONS
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
 from cascade_cli.recall import Recall
 from cascade_cli.registry import resolve_model
 from cascade_cli.store import DiskStore, Pager, RamCache
+from cascade_cli.store.index import Layout
+
+
+def layout() -> Layout:
+    """What a store's KV states depend on besides the model: the llama.cpp that wrote them and
+    the payload format (this build writes the first value of each and reads all of them)."""
+    formats = (VERSION, *sorted((v for v in VERSIONS if v != VERSION), reverse=True))
+    return {"llama_cpp": (llama_version(),), "payload_format": tuple(map(str, formats))}
 
 
 def _encode(blob: Any, scheme: str) -> bytes:
@@ -26,25 +35,35 @@ def _encode(blob: Any, scheme: str) -> bytes:
 
 
 class _Decode:
-    """The pager's decoder: a chunk's state, moved to position `at` when asked and possible."""
+    """The pager's decoder: a chunk's state in the context's V layout (transposed unless flash
+    attention is on, whatever it was saved with), moved to position `at` when asked and
+    possible."""
 
-    def __init__(self, rope: Rope | None) -> None:
+    def __init__(self, rope: Rope | None, v_trans: bool) -> None:
         self.rope = rope
+        self.v_trans = v_trans
 
     def __call__(self, payload: bytes, at: int | None = None) -> Any:
-        return kv.decode(payload, at=at if self.rope is not None else None, rope=self.rope)
+        at = at if self.rope is not None else None
+        return kv.decode(payload, at=at, rope=self.rope, v_trans=self.v_trans)
 
 
 class Library:
     """Owns the DiskStore, RamCache, Pager and Recall for a context's fingerprint; close()
-    flushes. `embed_path`: the embedding model (resolved from settings when not given; none
-    when settings say BM25 only)."""
+    flushes.
+
+    ``mode="write"`` (ingest, repair) holds the store's writer lock; ``mode="shared"`` (ask, chat)
+    reads beside a running writer and saves a recomputed chunk only when no writer runs.
+    `embed_path`: the embedding model (resolved from settings when not given; none when
+    settings say BM25 only)."""
 
     def __init__(
         self,
         settings: Settings,
         ctx: Context,
         timeout: float = 5.0,
+        mode: Literal["write", "shared"] = "write",
+        repair: bool = True,
         embed_path: Path | None = None,
         any_model: bool = False,
     ) -> None:
@@ -53,6 +72,7 @@ class Library:
         and the sink keep refusing it."""
         kv.configure(library_dir())
         self.settings = settings
+        self.ctx = ctx
         fingerprint = ctx.fingerprint()
         try:
             self.disk = DiskStore.open(
@@ -60,17 +80,27 @@ class Library:
                 fingerprint,
                 budget=settings.disk_cache_budget,
                 timeout=timeout,
+                mode=mode,
+                layout=layout(),
+                repair=repair,
             )
         except FingerprintMismatchError:
             if not any_model:
                 raise
             self.disk = DiskStore.open(
-                settings.disk_cache_path, None, budget=settings.disk_cache_budget, timeout=timeout
+                settings.disk_cache_path,
+                None,
+                budget=settings.disk_cache_budget,
+                timeout=timeout,
+                mode=mode,
+                layout=layout(),
+                repair=repair,
             )
             self.disk.fingerprint = fingerprint  # what the chunks written here are stamped with
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
-        self.pager = Pager(self.disk, self.ram, _encode, _Decode(rope), writers=1, writer_nice=10)
+        decode = _Decode(rope, v_trans=not ctx.flash_attn)
+        self.pager = Pager(self.disk, self.ram, _encode, decode, writers=1, writer_nice=10)
         self.embedder_factory: Callable[[], Embedder] | None = None
         wanted = settings.embed_model.lower() != "none" and settings.recall != "bm25"
         if embed_path is None and wanted:

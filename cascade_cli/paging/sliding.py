@@ -8,9 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascade_cli.engine import Context
+from cascade_cli.errors import CorruptChunkError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import save_sink
 from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
@@ -39,9 +41,20 @@ class SlidingWriter:
         return max(0, (self.doc.window - self.p0) // self.doc.block_size - 1)
 
     def rebuild(self, done: Sequence[ChunkMeta], chars_done: int) -> None:
-        """Continue after `done` (committed chunks 0..n-1): restore the last ones into the window."""
+        """Continue after `done` (committed chunks 0..n-1): restore the last ones into the window.
+        A damaged one is recomputed in its own context (and saved) instead of stopping resume."""
+        states = []
+        at = self.p0
         for meta in list(done)[len(done) - min(len(done), self.capacity) :]:
-            self.live.append(self.win.place(self.lib.pager.get(meta.key, at=self.win.end)))
+            try:
+                states.append(self.lib.pager.get(meta.key, at=at))
+            except CorruptChunkError:
+                states.append(recompute(self.ctx, self.lib, self.doc, meta))
+            at += meta.n_tokens
+        self.win.reset()  # recompute uses the window; the prefix goes back first either way
+        self.win.append(frame(self.ctx.model).prefix)
+        for state in states:
+            self.live.append(self.win.place(state))
         self.tokens_done = done[-1].end if done else 0
         self.chars_done = chars_done
 

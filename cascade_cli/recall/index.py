@@ -37,7 +37,14 @@ def m001_corpora(conn: sqlite3.Connection) -> None:
     )
 
 
-register_migrations("recall", [m001_corpora])
+def m002_unembedded(conn: sqlite3.Connection) -> None:
+    """Passages still waiting for an embedding, found without reading every vector."""
+    conn.execute(
+        "CREATE INDEX recall_unembedded ON recall_passages (corpus, chunk, pidx) WHERE vec IS NULL"
+    )
+
+
+register_migrations("recall", [m001_corpora, m002_unembedded])
 
 
 @dataclass(frozen=True)
@@ -131,11 +138,13 @@ def chunks_indexed(conn: sqlite3.Connection, owner: str) -> set[int]:
 
 def unembedded(conn: sqlite3.Connection, owner: str, limit: int = 1 << 30) -> list[Row]:
     """Passages of `owner` still without an embedding, in order."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return []
     rows = conn.execute(
-        "SELECT p.chunk, p.pidx, p.start, p.text FROM recall_passages p"
-        " JOIN recall_corpora c ON c.id = p.corpus"
-        " WHERE c.owner = ? AND p.vec IS NULL ORDER BY p.chunk, p.pidx LIMIT ?",
-        (owner, limit),
+        "SELECT chunk, pidx, start, text FROM recall_passages INDEXED BY recall_unembedded"
+        " WHERE corpus = ? AND vec IS NULL ORDER BY chunk, pidx LIMIT ?",
+        (cid, limit),
     ).fetchall()
     return [Row(owner, int(c), int(i), int(s), str(t)) for c, i, s, t in rows]
 

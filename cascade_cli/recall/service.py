@@ -20,12 +20,15 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from cascade_cli.errors import InputError
 from cascade_cli.recall import index, lexical, semantic
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.select import Hit, fuse
 from cascade_cli.store import DiskStore
 
 MODES = ("hybrid", "bm25", "semantic")
+#: Scheduling niceness of the background embedding thread (it uses what decoding leaves idle).
+EMBED_NICE = 10
 #: Passages embedded per background job step.
 _BATCH = 64
 
@@ -51,7 +54,7 @@ class Recall:
         self._loading: Future[Embeds] | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cascade-embed")
-        self._pool.submit(_nice, 10)
+        self._pool.submit(_nice, EMBED_NICE)
         self._jobs: list[Future[None]] = []
         self.cache = semantic.VectorCache()
         self.timings: dict[str, float] = {}
@@ -65,8 +68,19 @@ class Recall:
     def preload(self) -> None:
         """Start loading the embedding model in the background (ask calls this first)."""
         with self._lock:
-            if self._factory is not None and self._embedder is None and self._loading is None:
-                self._loading = ThreadPoolExecutor(1).submit(self._factory)
+            if self._factory is None or self._embedder is not None or self._loading is not None:
+                return
+            future: Future[Embeds] = Future()
+            self._loading = future
+            factory = self._factory
+
+        def load() -> None:
+            try:
+                future.set_result(factory())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=load, name="cascade-embed-load", daemon=True).start()
 
     def embedder(self) -> Embeds | None:
         """The embedding model, loaded on first use; None when none is configured."""
@@ -157,6 +171,11 @@ class Recall:
                 found = [h for o in owners for h in lexical.search(self.disk.conn, o, query, limit)]
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
         t1 = time.perf_counter()
+        if mode == "semantic" and not self.semantic:
+            raise InputError(
+                "semantic recall needs an embedding model",
+                "Pass --embed-model (e.g. minilm-l6) or use --recall bm25.",
+            )
         if mode in ("hybrid", "semantic") and self.semantic:
             emb = self.embedder()
             assert emb is not None
@@ -173,6 +192,12 @@ class Recall:
             rankings["semantic"] = sorted(found, key=lambda h: -h.score)
         self.timings = {"lexical_s": t1 - t0, "semantic_s": time.perf_counter() - t1}
         return fuse(rankings)[:limit]
+
+    def passage_texts(self, hits: Sequence[Hit]) -> list[str]:
+        """The best passage of each hit, in order."""
+        with self.disk.lock:
+            rows = [index.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
+        return [r.text for r in rows if r is not None]
 
     def passage_counts(self, owner: str) -> dict[int, int]:
         with self.disk.lock:

@@ -71,6 +71,12 @@ class Pages:
         self.at: dict[str, int] = {}
 
     @property
+    def saving(self) -> bool:
+        """Whether chunk states are saved: not while another process writes the store (a
+        shared open); the chunks are then recomputed from their token ids when next needed."""
+        return self.lib.disk.mode == "write"
+
+    @property
     def keys(self) -> list[str]:
         return [p.key for p in self.layout]
 
@@ -229,7 +235,7 @@ class Pages:
         end = self.win.end
         self.win.append(p.tokens)
         blob = self.win.save(end, end + p.n)
-        if p.meta is not None:
+        if p.meta is not None and self.saving:
             self.lib.pager.save(p.meta.replace(pos=at), blob)
         if at < end:
             self.win.drop(end, end + p.n, slide=False)
@@ -240,7 +246,7 @@ class Pages:
         """Record a page whose tokens were just decoded at positions start.. (a new turn) and
         queue its state for saving (write-back)."""
         blob = self.win.save(start, start + page.n)
-        if page.meta is not None:
+        if page.meta is not None and self.saving:
             self.lib.pager.save(page.meta.replace(pos=start), blob)
         self.layout.append(page)
         self.at[page.key] = start

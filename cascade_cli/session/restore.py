@@ -75,7 +75,8 @@ def drop_unfinished(chat: ChatSession) -> None:
             [(chat.s.id, i) for i in stale],
         )
     for i in stale:
-        chat.lib.disk.delete(chat.s.key(i))
+        if chat.pages.saving:
+            chat.lib.disk.delete(chat.s.key(i))
         del chat.chunks[i]
 
 
@@ -94,7 +95,8 @@ def rechunk(chat: ChatSession, system: list[int], reason: str | None) -> None:
         )
     chat.lib.ram.discard_prefix(chat.s.owner + ":")
     chat.recall.forget(chat.s.owner)
-    chat.lib.disk.delete_owner(chat.s.owner)
+    if chat.pages.saving:  # else left for a writer: their tokens no longer match, never served
+        chat.lib.disk.delete_owner(chat.s.owner)
     chat.s.fingerprint = chat.pages.fingerprint
     chat.s.model = chat.model.path.name
     chat.s.scheme = chat.lib.settings.compression

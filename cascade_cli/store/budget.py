@@ -3,6 +3,33 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
+
+
+@dataclass
+class Usage:
+    """Payload bytes in the store: all of them, and those of unpinned (evictable) chunks."""
+
+    total: int = 0
+    evictable: int = 0
+
+    @classmethod
+    def of(cls, conn: sqlite3.Connection) -> Usage:
+        """Counted from the index (one scan)."""
+        total, evictable = conn.execute(
+            "SELECT COALESCE(SUM(nbytes), 0), COALESCE(SUM(nbytes * (1 - pinned)), 0) FROM chunks"
+        ).fetchone()
+        return cls(int(total), int(evictable))
+
+    def add(self, nbytes: int, pinned: bool) -> None:
+        """Count a saved (``nbytes`` > 0) or removed (< 0) chunk."""
+        self.total += nbytes
+        if not pinned:
+            self.evictable += nbytes
+
+    def over(self, budget: int) -> bool:
+        """Whether eviction can do anything: above ``budget`` with something evictable."""
+        return self.total > budget and self.evictable > 0
 
 
 def lru_victims(conn: sqlite3.Connection, excess: int, keep: str) -> list[str]:

@@ -16,6 +16,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+from cascade_cli.errors import StoreLockedError
 from cascade_cli.store.disk import DiskStore
 from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
@@ -37,9 +38,13 @@ def _nice(increment: int) -> None:
 class Pager:
     """Prefetch (read + verify + decode ahead of need) and write-back (encode + fsync off-thread).
 
-    ``get`` serves from RAM, else waits on an in-flight prefetch, else loads synchronously.
+    ``get`` serves a prefetched state, else one from RAM, else loads synchronously. Prefetched
+    states are held by the pager until taken (at most ``max_prefetch``), not only by the RAM
+    tier, so read-ahead larger than the RAM tier does not evict itself.
     ``save`` returns at once; at most ``max_pending`` saves are queued or running (further calls
-    block), a failed save is re-raised by the next ``save`` or by ``flush``.
+    block), a failed save is re-raised by the next ``save`` or by ``flush``. On a ``shared``
+    store a save that finds the writer lock taken is skipped (the chunk is recomputed again
+    next time) rather than failing a reader.
     """
 
     def __init__(
@@ -70,7 +75,7 @@ class Pager:
         self._saving: dict[str, Future[ChunkMeta]] = {}
         self._errors: list[BaseException] = []
         self._backlog: list[tuple[str, int | None]] = []
-        self._ready: set[str] = set()  # loaded into RAM by a prefetch, not yet taken
+        self._gen: dict[str, int] = {}  # bumped by save(): loads begun earlier are stale
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -86,9 +91,8 @@ class Pager:
         targets = dict(at or {})
         with self._lock:
             keep = set(wanted)
-            for key in [k for k, f in self._reading.items() if f.done() and k not in keep]:
-                del self._reading[key]
-            self._ready &= keep
+            for key in [k for k in self._reading if k not in keep]:
+                self._reading.pop(key).cancel()  # a running load finishes and fills RAM
             self._backlog = [(k, targets.get(k)) for k in wanted]
             fresh = self._refill()
         if len(fresh) > 1:
@@ -100,13 +104,11 @@ class Pager:
         """Start backlog loads while fewer than ``max_prefetch`` are in flight or loaded and not
         yet taken (caller holds the lock), so read-ahead never outruns the consumer."""
         started: list[str] = []
-        while self._backlog and len(self._reading) + len(self._ready) < self.max_prefetch:
+        while self._backlog and len(self._reading) < self.max_prefetch:
             key, at = self._backlog.pop(0)
             if key in self._reading or key in self.ram:
                 continue
-            fut = self._readers.submit(self._load, key, at)
-            self._reading[key] = fut
-            fut.add_done_callback(partial(self._loaded, key))
+            self._reading[key] = self._readers.submit(self._load, key, at)
             started.append(key)
         return started
 
@@ -117,7 +119,6 @@ class Pager:
         from RAM or a prefetch are as they were decoded — callers read positions from them."""
         with self._lock:
             fut = self._reading.pop(key, None)
-            self._ready.discard(key)
             self._backlog = [(k, a) for k, a in self._backlog if k != key]
             started = self._refill()
         if started:
@@ -132,26 +133,19 @@ class Pager:
     def _load(self, key: str, at: int | None = None) -> tuple[Any, bool]:
         with self._lock:
             pending = self._saving.get(key)
+            gen = self._gen.get(key, 0)
         if pending is not None:
             wait([pending])
         payload = self.disk.get(key)
         state = self._decode(payload) if at is None else self._decode(payload, at)
-        return state, self.ram.put(key, state)
-
-    def _loaded(self, key: str, fut: Future[tuple[Any, bool]]) -> None:
-        """Drop a finished load from the in-flight map once its state sits in RAM."""
-        if fut.cancelled() or fut.exception() is not None or not fut.result()[1]:
-            return  # keep it: get() will consume the result or raise the error
-        with self._lock:
-            if self._reading.get(key) is fut:
-                del self._reading[key]
-                self._ready.add(key)
+        with self._lock:  # a save() since this load began makes its state stale: not cached
+            cached = self._gen.get(key, 0) == gen and self.ram.put(key, state)
+        return state, cached
 
     def cancel(self) -> None:
         """Forget every prefetch not yet consumed (running ones finish and fill RAM)."""
         with self._lock:
             self._backlog.clear()
-            self._ready.clear()
             for fut in self._reading.values():
                 fut.cancel()
             self._reading.clear()
@@ -163,26 +157,44 @@ class Pager:
         ``max_pending`` saves are outstanding. ``cache`` also keeps ``blob`` in RAM as ready.
         """
         self._raise_first()
+        if self.disk.readonly:  # a reader of read-only media: serve the state, store nothing
+            with self._lock:
+                self._gen[meta.key] = self._gen.get(meta.key, 0) + 1
+                if cache:
+                    self.ram.put(meta.key, blob)
+                else:
+                    self.ram.pop(meta.key)
+            return
         self._slots.acquire()
         try:
             with self._lock:
                 prev = self._saving.get(meta.key)
                 fut = self._writers.submit(self._store, meta, blob, prev)
                 self._saving[meta.key] = fut
+                self._gen[meta.key] = self._gen.get(meta.key, 0) + 1
+                stale = self._reading.pop(meta.key, None)
+                if stale is not None:
+                    stale.cancel()
+                if cache:
+                    self.ram.put(meta.key, blob)
+                else:
+                    self.ram.pop(meta.key)  # any cached state is stale now
         except BaseException:
             self._slots.release()
             raise
         fut.add_done_callback(partial(self._saved, meta.key))
-        if cache:
-            self.ram.put(meta.key, blob)
-        else:
-            self.ram.pop(meta.key)  # any cached state is stale now
 
     def _store(self, meta: ChunkMeta, blob: Any, prev: Future[ChunkMeta] | None) -> ChunkMeta:
         try:
             if prev is not None:
                 wait([prev])  # same key: keep saves in order (its error is reported on its own)
             return self.disk.put(meta, self._encode(blob, meta.scheme))
+        except StoreLockedError as exc:
+            if self.disk.mode == "shared":
+                return meta  # a reader beside a writer: not saved this time
+            with self._lock:
+                self._errors.append(exc)
+            raise
         except BaseException as exc:
             with self._lock:  # recorded before the future completes, so flush() sees it
                 self._errors.append(exc)

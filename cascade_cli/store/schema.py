@@ -74,8 +74,17 @@ def m002_stats(conn: sqlite3.Connection) -> None:
     )
 
 
+def m003_evicted(conn: sqlite3.Connection) -> None:
+    """Keys the disk budget evicted (until saved again), so a missing chunk can be told from
+    a lost one."""
+    conn.execute(
+        "CREATE TABLE evicted (key TEXT PRIMARY KEY, owner TEXT NOT NULL, at REAL NOT NULL)"
+    )
+    conn.execute("CREATE INDEX evicted_owner ON evicted (owner)")
+
+
 #: The store's own migrations. Append only.
-STORE_MIGRATIONS: list[Migration] = [m001_initial, m002_stats]
+STORE_MIGRATIONS: list[Migration] = [m001_initial, m002_stats, m003_evicted]
 
 _REGISTRY: dict[str, list[Migration]] = {"store": STORE_MIGRATIONS}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -18,9 +19,9 @@ from tests.paging.helpers import (
 ASK_SMALL = ["--gpu-cache-size", "512", "--max-tokens", "16"]
 
 
-def cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+def cli(args: list[str], home: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """run_cli with one llama.cpp thread (see env_for)."""
-    return run_cli(args, home, env=env_for(home))
+    return run_cli(args, home, stdin=stdin, env=env_for(home))
 
 
 def assert_error_last(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -66,6 +67,7 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     timings = data["timings"]
     assert set(timings) >= {
         "ttft_s",
+        "recall_s",
         "restore_s",
         "restored_tokens",
         "prefill_tokens",
@@ -76,7 +78,9 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     chunks = data["chunks"]
     assert chunks, "no chunk was paged in"
     idx = [c["index"] for c in chunks]
-    assert idx == sorted(set(idx))
+    assert len(idx) == len(set(idx))  # distinct; runs of adjacent chunks in document order
+    for a, b in itertools.pairwise(idx):
+        assert b != a - 1
     for c in chunks:
         assert {"index", "tokens", "tier"} <= set(c)
         assert c["tier"] in ("ram", "disk", "recomputed")
@@ -86,4 +90,5 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     assert 0 < timings["gen_tokens"] <= 16
     assert timings["prefill_tokens"] > 0
     assert 0 < timings["restore_s"] <= timings["ttft_s"]
+    assert 0 <= timings["recall_s"] <= timings["ttft_s"]
     assert timings["tokens_per_s"] >= 0

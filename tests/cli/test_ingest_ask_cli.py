@@ -217,7 +217,7 @@ def test_rm_frees_space_and_unlists(home: Path, tmp_path: Path) -> None:
 def test_rm_without_store_is_one_line_error(home: Path) -> None:
     proc = cli(["rm", "nothing"], home)
     assert_one_line_error(proc, "no ingested document named 'nothing'")
-    assert proc.returncode == 5
+    assert proc.returncode == 6
 
 
 # ---- 7. versions ------------------------------------------------------------------------------
@@ -338,3 +338,52 @@ def test_ask_finds_needle(home: Path, tmp_path: Path) -> None:
         "1.3",
     )
     assert [c["index"] for c in alone["chunks"]] == [needle_idx]
+
+
+# ---- 11. stores from before passage recall ------------------------------------------------------
+
+
+def _drop_recall_rows(home: Path, owner: str, vectors_only: bool = False) -> None:
+    """Make the store look as one written before passage recall (or before embeddings)."""
+    import sqlite3
+
+    conn = sqlite3.connect(home / "store" / "index.sqlite")
+    try:
+        (cid,) = conn.execute("SELECT id FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
+        if vectors_only:
+            conn.execute("UPDATE recall_passages SET vec = NULL WHERE corpus = ?", (cid,))
+        else:
+            conn.execute(f"DROP TABLE recall_fts_{cid}")
+            conn.execute("DELETE FROM recall_passages WHERE corpus = ?", (cid,))
+            conn.execute("DELETE FROM recall_corpora WHERE id = ?", (cid,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_old_store_gets_passages_on_first_ask_or_reingest(home: Path, tmp_path: Path) -> None:
+    src = write_text(tmp_path / "n.txt", 6000, needle=NEEDLE)
+    ingest(home, src, "n")
+    did = doc_id(home, "n")
+    before = passage_rows(home, did)
+    _drop_recall_rows(home, f"doc:{did}")
+    assert passage_rows(home, did) == []
+
+    proc = cli(["ask", "n", "What is the pass key?", "--json", *ASK_SMALL], home)
+    assert proc.returncode == 0, proc.stderr
+    assert "for passage recall" in proc.stderr and "ingested before" in proc.stderr
+    assert "48213" in json.loads(proc.stdout)["answer"]
+    assert passage_rows(home, did) == before  # same passages, offsets and vectors present
+    again = cli(["ask", "n", "What is the pass key?", "--json", *ASK_SMALL], home)
+    assert again.returncode == 0 and "passage recall" not in again.stderr
+
+    _drop_recall_rows(home, f"doc:{did}")
+    redo = ingest(home, src, "n")  # unchanged file: nothing decoded, passages indexed
+    assert "for passage recall" in redo.stderr
+    assert passage_rows(home, did) == before
+
+    _drop_recall_rows(home, f"doc:{did}", vectors_only=True)
+    proc = cli(["ask", "n", "What secret number was I asked to remember?", *ASK_SMALL], home)
+    assert proc.returncode == 0, proc.stderr
+    assert "for semantic recall (once)" in proc.stderr
+    assert all(r[4] for r in passage_rows(home, did))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,11 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("empty", lambda h: ["ingest", _bad_file(h, "e.txt", b""), *SMALL], 2, "empty"),
     ("blank", lambda h: ["ingest", _bad_file(h, "w.txt", b"  \n\n\t\n"), *SMALL], 2, "empty"),
     ("block-too-big", lambda h: ["ingest", _bad_file(h, "k.txt", b"hello there\n"), "--gpu-cache-size", "512", "--block-size", "1024"], 2, "does not fit"),
-    ("ask-unknown", lambda h: ["ask", "nosuchdoc", "What?"], 5, "no ingested document named 'nosuchdoc'"),
+    ("ask-unknown", lambda h: ["ask", "nosuchdoc", "What?"], 6, "no ingested document named 'nosuchdoc'"),
     ("recall", lambda h: ["ask", "x", "What?", "--recall", "nonsense"], 2, "unknown recall 'nonsense'"),
     ("empty-question", lambda h: ["ask", "x", "   "], 2, "the question is empty"),
-    ("fingerprint-ingest", lambda h: ["ingest", str(h / "x.txt"), "--name", "x", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
-    ("fingerprint-ask", lambda h: ["ask", "x", "What?", "--flash-attn", "on"], 5, "holds KV states made with another model"),
-    ("reingest-other-name-flash", lambda h: ["ingest", str(h / "x.txt"), "--name", "y", *SMALL, "--flash-attn", "on"], 5, "holds KV states made with another model"),
+    ("semantic-without-embedder", lambda h: ["ask", "x", "What?", "--recall", "semantic", "--embed-model", "none"], 2, "semantic recall needs an embedding model"),
+    ("embed-model-missing", lambda h: ["ask", "x", "What?", "--embed-model", str(h / "no.gguf")], 3, "no.gguf"),
 ]  # fmt: skip
 
 
@@ -97,21 +97,53 @@ def test_latin1_with_encoding_flag(home: Path) -> None:
     assert ask_json(home, "fr", "What is this about?")["doc"] == "fr"
 
 
-def test_fingerprint_error_names_different_models(shared_home: Path) -> None:
-    proc = cli(["ask", "x", "What?", "--flash-attn", "on"], shared_home)
-    assert proc.returncode == 5
-    assert "stored …off, loaded …on" in proc.stderr, proc.stderr
+def test_store_made_without_flash_attention_serves_a_context_with_it(shared_home: Path) -> None:
+    """V is stored transposed without flash attention; the pager converts it on decode, so a
+    store built on a CPU serves a GPU build (here: flash attention forced on)."""
+    data = ask_json(shared_home, "x", "Who wrote this?", "--flash-attn", "on")
+    check_answer_shape(data, shared_home, "x")
+    assert {c["tier"] for c in data["chunks"]} <= {"ram", "disk"}
 
 
-def test_lost_chunk_files_name_the_fix_and_ingest_recomputes_them(home: Path) -> None:
-    """Data files deleted behind the store's back: the store drops their rows on open, `ask`
-    says which document lost chunks and how to get them back, and a new ingest restores them."""
+def test_fingerprint_error_names_the_difference(home: Path) -> None:
+    ingest(home, write_text(home / "f.txt", 1500), "f")
+    conn = sqlite3.connect(home / "store" / "index.sqlite")
+    with conn:
+        conn.execute("UPDATE store_meta SET value = 'another-model' WHERE key = 'fingerprint'")
+    conn.close()
+    proc = cli(["ask", "f", "What?", "--gpu-cache-size", "512"], home)
+    assert_one_line_error(proc, "holds KV states made with another model")
+    assert proc.returncode == 5 and "stored another-model, loaded" in proc.stderr
+
+
+def test_llama_cpp_upgrade_asks_for_a_rebuild(home: Path) -> None:
+    ingest(home, write_text(home / "v.txt", 1500), "v")
+    conn = sqlite3.connect(home / "store" / "index.sqlite")
+    with conn:
+        conn.execute("UPDATE store_meta SET value = '0.0.1' WHERE key = 'llama_cpp'")
+    conn.close()
+    proc = cli(["ask", "v", "What?", "--gpu-cache-size", "512"], home)
+    assert_one_line_error(proc, "was built with llama.cpp 0.0.1")
+    assert proc.returncode == 5 and "Rebuild it" in proc.stderr
+
+
+def test_lost_chunk_files_are_recomputed_or_named(home: Path) -> None:
+    """Data files deleted behind the store's back. While their rows remain, `ask` recomputes the
+    chunks it needs (in their own context) and answers. Once a writer's repair has dropped the
+    rows, `ask` names the document and the fix (exit 6), and a new ingest restores them."""
     src = write_text(home / "lost.txt", 3000)
     ingest(home, src, "lost")
     for f in (home / "store" / "data").rglob("*.kv"):
         f.unlink()
+    data = ask_json(home, "lost", "What is this?")
+    check_answer_shape(data, home, "lost")
+    assert {c["tier"] for c in data["chunks"]} == {"recomputed"}
+    assert data["sink"]["tier"] == "recomputed"
+    for f in (home / "store" / "data").rglob("*.kv"):
+        f.unlink()
+    ingest(home, write_text(home / "other.txt", 800), "other")  # its open repairs the store
     proc = cli(["ask", "lost", "What is this?", "--gpu-cache-size", "512"], home)
     assert_one_line_error(proc, "'lost' is missing chunks in the store")
-    assert proc.returncode == 5 and "cascade ingest" in proc.stderr
+    assert proc.returncode == 6 and "cascade ingest" in proc.stderr
     ingest(home, src, "lost")
     check_answer_shape(ask_json(home, "lost", "What is this?"), home, "lost")

@@ -7,9 +7,10 @@ import pytest
 from cascade_cli.engine import GGML_TYPE_Q8_0, Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import ContextFullError
+from cascade_cli.samples import PERSUASION
 from tests.kl import kl
 
-TEXT = Path("/usr/share/common-licenses/GPL-3")
+TEXT = PERSUASION
 
 
 def _text() -> str:

@@ -90,7 +90,10 @@ def test_decode_at_moves_like_shift_into(real_blob: np.ndarray, scheme: str) -> 
     for x, y in zip(a.v, b.v, strict=True):
         assert np.array_equal(x, y)
     for x, y in zip(a.k, b.k, strict=True):
-        np.testing.assert_allclose(x.astype(np.float32), y.astype(np.float32), rtol=2e-3, atol=2e-3)
+        # the reference rounds to f16 before rotating: a rotated pair carries up to about one
+        # f16 ulp of its larger input (2^-10 of the layer's largest |k|) into small outputs
+        tol = max(2e-3, 2**-10 * float(np.abs(y).max()))
+        np.testing.assert_allclose(x.astype(np.float32), y.astype(np.float32), rtol=2e-3, atol=tol)
     assert bytes(kv.decode(payload, at=pos0, rope=None)) == bytes(plain)  # no move, no rope needed
     with pytest.raises(CodecError, match="RoPE"):
         kv.decode(payload, at=pos0 + 1)

@@ -12,7 +12,12 @@ from typing import Any
 
 import numpy as np
 
-GPL = Path("/usr/share/common-licenses/GPL-3")
+from cascade_cli.samples import PERSUASION
+
+#: The checkout these tests belong to: subprocesses import cascade_cli from it, whatever their cwd.
+ROOT = Path(__file__).resolve().parents[2]
+#: The public-domain sample shipped in the package (chapters 1–4 of Austen's *Persuasion*).
+SAMPLE = PERSUASION
 #: Small settings so a real ingest of a few thousand tokens takes seconds on 2 cores.
 SMALL = ["--gpu-cache-size", "512", "--block-size", "128"]
 NEEDLE = "The pass key is 48213. Remember it."
@@ -21,16 +26,16 @@ WINDOW = 512
 BLOCK = 128
 
 
-def gpl_text(chars: int, start: int = 0) -> str:
-    """A slice of the GPL-3 (about 4.5 characters a token), cut at a line end."""
-    text = GPL.read_text(encoding="utf-8")[start:]
+def sample_text(chars: int, start: int = 0) -> str:
+    """A slice of the sample text (about 4 characters a token), cut at a line end."""
+    text = SAMPLE.read_text(encoding="utf-8")[start:]
     cut = text.rfind("\n", 0, chars)
     return text[: cut + 1 if cut > 0 else chars]
 
 
 def write_text(path: Path, chars: int, needle: str | None = None, start: int = 0) -> Path:
-    """Write a GPL-3 slice to `path`, with `needle` as its own paragraph in the middle."""
-    text = gpl_text(chars, start)
+    """Write a slice of the sample to `path`, with `needle` as its own paragraph in the middle."""
+    text = sample_text(chars, start)
     if needle:
         mid = text.find("\n\n", len(text) // 2)
         assert mid > 0
@@ -46,7 +51,8 @@ def env_for(home: Path) -> dict[str, str]:
     processes, two threads each run about ten times slower than one.
     """
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    return {**clean, "CASCADE_HOME": str(home), "CASCADE_THREADS": "1"}
+    path = os.pathsep.join(p for p in (str(ROOT), clean.get("PYTHONPATH", "")) if p)
+    return {**clean, "CASCADE_HOME": str(home), "CASCADE_THREADS": "1", "PYTHONPATH": path}
 
 
 def popen_cli(args: list[str], home: Path) -> subprocess.Popen[str]:

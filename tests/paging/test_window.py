@@ -8,11 +8,11 @@ from cascade_cli import kv
 from cascade_cli.engine import Context
 from cascade_cli.paging.window import SCRATCH_SEQ, WINDOW_SEQ, Window
 from tests.kl import kl_rows
-from tests.paging.helpers import gpl_text
+from tests.paging.helpers import sample_text
 
 
 def test_place_moves_chunks_like_llama_seq_add(ctx: Context) -> None:
-    toks = ctx.model.tokenize(gpl_text(2000))
+    toks = ctx.model.tokenize(sample_text(2000))
     head, chunk, nxt = toks[:37], toks[100:200], toks[200:204]
     ctx.decode(chunk, 300, SCRATCH_SEQ, logits="none")  # saved far from where it will go
     blob = ctx.state_get(SCRATCH_SEQ).copy()

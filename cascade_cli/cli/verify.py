@@ -1,0 +1,106 @@
+"""`cascade verify [DOC] [--repair] [--json]`: check the store; recompute or drop what is damaged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated
+
+import typer
+
+from cascade_cli.cli import options as opt
+from cascade_cli.cli.lookup import require_document
+from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.state import out, settings
+from cascade_cli.config import Settings
+from cascade_cli.errors import NotFoundError, StoreLockedError
+from cascade_cli.paging import catalog
+from cascade_cli.paging import verify as fsck
+from cascade_cli.paging.library import Library
+from cascade_cli.store import DiskStore
+from cascade_cli.store.index import LOCK, writable
+from cascade_cli.store.lock import StoreLock
+
+
+def _check(cfg: Settings, doc: str | None) -> fsck.Report:
+    """Read-only check; data files are compared with the index only if no writer runs."""
+    try:
+        store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
+    except NotFoundError:
+        if doc is not None:
+            require_document(cfg, doc)
+        return fsck.Report(str(cfg.disk_cache_path), notes=["no store yet"])
+    with store:
+        if not writable(store.path):  # read-only media: no writer can be mid-save
+            return fsck.check(store, doc, files=True)
+        try:
+            lock: StoreLock | None = StoreLock.acquire(store.path / LOCK, timeout=0)
+        except StoreLockedError:
+            lock = None
+        try:
+            return fsck.check(store, doc, files=lock is not None)
+        finally:
+            if lock is not None:
+                lock.release()
+
+
+def _repair(cfg: Settings, doc: str | None, report: fsck.Report) -> None:
+    """Open the model and the store for writing (no open-time repair) and fix ``report``."""
+    with DiskStore.open(cfg.disk_cache_path, None, readonly=True) as store:
+        docs = catalog.documents(store.conn, include_partial=True)
+    window = max([cfg.gpu_cache_size, *(d.window for d in docs)])
+    block = max([cfg.block_size, *(d.block_size for d in docs)])
+    with (
+        open_model(cfg) as m,
+        open_context(dataclasses.replace(cfg, gpu_cache_size=window), m, block + 256) as ctx,
+        Library(cfg, ctx, repair=False) as lib,
+    ):
+        fresh = fsck.check(lib.disk, doc, files=doc is None)  # again, now under the lock
+        report.damaged, report.files = fresh.damaged, fresh.files
+        fsck.repair(ctx, lib, report)
+
+
+def verify(
+    doc: Annotated[
+        str | None, typer.Argument(help="Check only this document (name or path).")
+    ] = None,
+    repair: Annotated[
+        bool,
+        typer.Option("--repair", help="Recompute what can be recomputed, drop what cannot."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    disk_cache_path: opt.DiskCachePath = None,
+    model: opt.Model = None,
+    gpu_layers: opt.GpuLayers = None,
+    threads: opt.Threads = None,
+    flash_attn: opt.FlashAttn = None,
+) -> None:
+    """Check every chunk's checksum and header, the index against the data files, and each
+    document against its chunks. Exits 1 if anything is damaged (also when --repair fixed it;
+    a second verify then exits 0)."""
+    cfg = settings(
+        opt.flags(
+            disk_cache_path=disk_cache_path,
+            model=model,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            flash_attn=flash_attn,
+        )
+    )
+    report = _check(cfg, doc)
+    if repair and report.damaged:
+        _repair(cfg, doc, report)
+    if as_json:
+        out.print_json(json.dumps(report.as_dict()))
+    else:
+        files = "" if report.files is None else f", {report.files} files"
+        out.print(
+            f"verify {report.store}: {report.chunks} chunks, {report.documents} documents{files}"
+        )
+        for f in report.damaged:
+            out.print(f"damaged: {f.line()}")
+        for note in report.notes:
+            out.print(f"note: {note}")
+        out.print("store clean" if report.clean else f"{len(report.damaged)} problem(s) found")
+    if not report.clean:
+        raise typer.Exit(1)
