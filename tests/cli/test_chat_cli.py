@@ -170,4 +170,4 @@ def test_doc_is_recalled_into_the_conversation(home: Path, tmp_path: Path) -> No
     assert f"recalled g chunk {needle_chunk}" in proc.stderr
     assert "48213" in proc.stdout
     missing = chat(home, "hi\n", "-s", "d", "--doc", "nope", *SMALL)
-    assert missing.returncode == 5 and "no ingested document named 'nope'" in missing.stderr
+    assert missing.returncode == 6 and "no ingested document named 'nope'" in missing.stderr
