@@ -1,23 +1,30 @@
-"""`cascade chat`: an interactive REPL (or one message per stdin line when piped)."""
+"""`cascade chat`: a named session in a REPL (or one message per stdin line when piped)."""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+import time
+from typing import Annotated, Any
 
 import typer
 
-from cascade_cli.chat import ChatSession
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.runtime import open_context, open_model
+from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
-from cascade_cli.engine import SamplerSettings
-from cascade_cli.errors import ContextFullError
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context
+from cascade_cli.errors import CascadeError, StoreLockedError
+from cascade_cli.paging.library import Library
+from cascade_cli.session import catalog
+from cascade_cli.session.chat import ChatSession
 
-HELP = 'Commands: /exit, /reset, /help. End a line with \\ to continue it; \'"""\' opens a block.'
+HELP = (
+    "Commands: /exit, /reset (erase this session's turns), /history, /stats, /help. "
+    'End a line with \\ to continue it; \'"""\' opens a block.'
+)
 
 
-def _read_message(first: str) -> str | None:
+def _read_message(first: str) -> str:
     """Collect a possibly multi-line message starting with `first` (interactive only)."""
     if first.strip() == '"""':
         lines: list[str] = []
@@ -33,105 +40,219 @@ def _read_message(first: str) -> str | None:
     return "\n".join(lines)
 
 
-def _reply(session: ChatSession, text: str, interactive: bool) -> bool:
-    """Stream one reply; False when the window was full."""
+def _reply(session: ChatSession, text: str) -> None:
+    """Stream one reply; Ctrl-C stops it and keeps what was said."""
+    stream = session.send(text)
     try:
-        stream = session.send(text)
-        try:
-            for piece in stream:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-        except KeyboardInterrupt:
-            stream.close()
-            sys.stdout.write("\n")
-            err.print("[dim](reply stopped)[/dim]")
-            return True
+        for piece in stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        stream.close()
+        sys.stdout.write("\n")
+        err.print("[dim](reply stopped)[/dim]")
+    else:
         sys.stdout.write("\n")
         sys.stdout.flush()
-    except ContextFullError as exc:
-        err.print(f"[yellow]context full:[/yellow] {exc.one_line()}")
-        return False
-    if session.last is not None and session.last.stopped_by == "context_full":
+        if session.last.gen_tokens >= session.max_tokens:
+            err.print(f"[dim](reply cut at --max-tokens {session.max_tokens})[/dim]")
+    session.sync()
+
+
+def _history(session: ChatSession) -> None:
+    rows = session.history()
+    if not rows:
+        out.print("[dim](no turns yet)[/dim]")
+    for turn, role, text in rows:
+        out.print(f"[bold]{turn:>3} {role}:[/bold] ", end="")
+        out.print(text, markup=False)
+
+
+def _stats(session: ChatSession) -> None:
+    t, last = session.totals, session.last
+    tiers = " · ".join(f"{k} {t.tiers.get(k, 0)}" for k in ("window", "ram", "disk", "recomputed"))
+    s = session.s
+    out.print(f"session {s.name}: {s.turns} turns, {s.tokens} tokens, window {session.window}")
+    out.print(f"chunk hits: {tiers}")
+    out.print(
+        f"restore: {t.restored_tokens} tokens in {t.restore_s:.3f}s · prefill: "
+        f"{t.prefill_tokens} tokens in {t.prefill_s:.3f}s · generation: "
+        f"{t.gen_tokens / t.gen_s if t.gen_s else 0:.1f} tok/s"
+    )
+    out.print(
+        f"last turn: first token {last.ttft_s:.3f}s (recall {last.recall_s * 1000:.0f} ms, "
+        f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
+        f"recalled: {', '.join(last.recalled) or '-'}"
+    )
+
+
+def _library(cfg: Settings, ctx: Context) -> Library:
+    """The store for writing; beside another writer (an ingest, another chat), shared: turns
+    are kept as text and their KV is recomputed when the session is next opened."""
+    path = embed_path(cfg)
+    try:
+        return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
+    except StoreLockedError:
         err.print(
-            "[yellow]context full:[/yellow] the reply was cut off because the window is full. "
-            "Use /reset to start over or raise --gpu-cache-size."
+            "[dim](the store is being written by another process: this chat keeps its turns' "
+            "text, and their KV is recomputed next time)[/dim]"
         )
-        return False
-    return True
+        return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
+
+
+def _fresh_name(lib: Library) -> str:
+    base = time.strftime("chat-%Y%m%d-%H%M%S")
+    name, n = base, 1
+    with lib.disk.lock:
+        while catalog.find(lib.conn, name) is not None:
+            n += 1
+            name = f"{base}-{n}"
+    return name
+
+
+def _loop(session: ChatSession, interactive: bool) -> None:
+    while True:
+        try:
+            line = input("> ") if interactive else sys.stdin.readline()
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            out.print("\n[dim](Ctrl-D or /exit to quit)[/dim]")
+            continue
+        if not interactive:
+            if line == "":
+                break
+            line = line.rstrip("\n")
+        command = line.strip()
+        if not command:
+            continue
+        if command in ("/exit", "/quit"):
+            break
+        if command == "/reset":
+            n = session.reset()
+            err.print(f"[dim](conversation reset: {n} turn(s) erased)[/dim]")
+        elif command == "/history":
+            _history(session)
+        elif command == "/stats":
+            _stats(session)
+        elif command == "/help":
+            out.print(HELP)
+        elif command.startswith("/") and " " not in command:
+            err.print(f"[yellow]unknown command {command}[/yellow] — {HELP}")
+        else:
+            try:
+                _reply(session, _read_message(line) if interactive else line)
+            except CascadeError as exc:
+                err.print(f"[yellow]error:[/yellow] {exc.one_line()}")
+                if not interactive:
+                    raise
 
 
 def chat(
-    system: Annotated[
-        str | None, typer.Option("--system", help="System prompt for the conversation.")
+    session_name: Annotated[
+        str | None,
+        typer.Option("--session", "-s", help="Create or resume this named session."),
     ] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest reply.", min=1)] = 512,
-    temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.7,
-    top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0 = off).", min=0)] = 40,
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling.", min=0.0)] = 0.95,
-    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
+    system: Annotated[
+        str | None, typer.Option("--system", help="System prompt (kept with the session).")
+    ] = None,
+    doc: Annotated[
+        list[str] | None,
+        typer.Option("--doc", help="Ingested document every turn may recall from (repeatable)."),
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help="Longest reply (default: 512).", min=1)
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", help="0 = greedy (default: 0.7).", min=0.0)
+    ] = None,
+    top_k: Annotated[
+        int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off (default: 40).", min=0)
+    ] = None,
+    top_p: Annotated[
+        float | None, typer.Option("--top-p", help="Nucleus sampling (default: 0.95).", min=0.0)
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Sampling seed (default: random).")
+    ] = None,
+    repeat_penalty: Annotated[
+        float | None,
+        typer.Option(
+            "--repeat-penalty", help="Over the last 64 tokens, 1.0 = off (default: 1.1).", min=0.0
+        ),
+    ] = None,
     model: opt.Model = None,
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
     gpu_cache_size: opt.GpuCacheSize = None,
+    memory_cache_size: opt.MemoryCacheSize = None,
+    disk_cache_path: opt.DiskCachePath = None,
+    block_size: opt.BlockSize = None,
+    compression: opt.Compression = None,
     flash_attn: opt.FlashAttn = None,
+    recall: opt.RecallMode = None,
+    embed_model: opt.EmbedModel = None,
 ) -> None:
-    """Chat with the model. Piped stdin: one message per line, each reply printed."""
+    """Chat in a session that is stored turn by turn and resumes without re-prefill.
+
+    The system prompt and sampling flags are kept with the session; flags given later override
+    them. Piped stdin: one message per line, each reply printed."""
     cfg = settings(
         opt.flags(
             model=model,
             gpu_layers=gpu_layers,
             threads=threads,
             gpu_cache_size=gpu_cache_size,
+            memory_cache_size=memory_cache_size,
+            disk_cache_path=disk_cache_path,
+            block_size=block_size,
+            compression=compression,
             flash_attn=flash_attn,
+            recall=recall,
+            embed_model=embed_model,
         )
     )
-    sampling = SamplerSettings(
+    overrides: dict[str, Any] = opt.flags(
+        system=system,
+        max_tokens=max_tokens,
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
-        seed=0xFFFFFFFF if seed is None else seed,
+        seed=seed,
+        repeat_penalty=repeat_penalty,
     )
+    if session_name is not None:
+        catalog.check_name(session_name)
     interactive = sys.stdin.isatty()
-    full = False
-    with open_model(cfg) as m, open_context(cfg, m) as ctx:
+    with (
+        open_model(cfg) as m,
+        open_context(cfg, m, extra_tokens=256) as ctx,
+        _library(cfg, ctx) as lib,
+    ):
+        lib.recall.preload()
+        documents = [lib.find(d) for d in doc or []]
+        name = session_name or _fresh_name(lib)
         session = ChatSession(
-            ctx, sampling, window=cfg.gpu_cache_size, system=system, max_tokens=max_tokens
+            ctx,
+            lib,
+            name,
+            overrides=overrides,
+            documents=documents,
+            notify=lambda msg: err.print(f"[dim]({msg})[/dim]"),
         )
         try:
             if interactive:
+                state = "new" if session.created else f"{session.s.turns} turns"
                 out.print(
-                    f"[bold]cascade chat[/bold] · {m.path.name} · window {cfg.gpu_cache_size}"
+                    f"[bold]cascade chat[/bold] · session {name} ({state}) · {m.path.name} · "
+                    f"window {session.window}"
                 )
                 out.print(f"[dim]{HELP}[/dim]")
-            while True:
-                try:
-                    line = input("> ") if interactive else sys.stdin.readline()
-                except EOFError:
-                    break
-                except KeyboardInterrupt:
-                    out.print("\n[dim](Ctrl-D or /exit to quit)[/dim]")
-                    continue
-                if not interactive:
-                    if line == "":
-                        break
-                    line = line.rstrip("\n")
-                command = line.strip()
-                if not command:
-                    continue
-                if command in ("/exit", "/quit"):
-                    break
-                if command == "/reset":
-                    session.reset()
-                    err.print("[dim](conversation reset)[/dim]")
-                    continue
-                if command == "/help":
-                    out.print(HELP)
-                    continue
-                text = _read_message(line) if interactive else line
-                if text is None:
-                    continue
-                full = not _reply(session, text, interactive) or full
+            _loop(session, interactive)
         finally:
             session.close()
-    if full and not interactive:
-        raise typer.Exit(ContextFullError.exit_code)
+            if session.s.turns:
+                hint = "" if session_name else f"; resume with `cascade chat --session {name}`"
+                err.print(f"[dim](session {name}: {session.s.turns} turns saved{hint})[/dim]")
+            elif session.created and session.pages.saving:
+                session.delete()  # an empty session is not kept

@@ -1,17 +1,20 @@
-"""`cascade docs` and `cascade rm DOC`."""
+"""`cascade docs`, `cascade sessions` and `cascade rm DOC | --session NAME`."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import time
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.state import out, settings
-from cascade_cli.errors import NotFoundError
+from cascade_cli.errors import InputError, NotFoundError
 from cascade_cli.paging import catalog
+from cascade_cli.session import catalog as sessions
+from cascade_cli.session import manage
 from cascade_cli.store import DiskStore, owners
 
 
@@ -57,24 +60,83 @@ def docs(
     out.print(table)
 
 
-def rm(
-    doc: Annotated[str, typer.Argument(help="Document name (every version is removed).")],
+def sessions_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """Remove a document and reclaim its space."""
+    """List chat sessions (turns, tokens, bytes on disk, compression, last used)."""
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
+    try:
+        store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
+    except NotFoundError:
+        rows: list[dict[str, Any]] = []
+    else:
+        with store:
+            rows = manage.rows(store)
+    if as_json:
+        out.print_json(json.dumps({"sessions": rows}))
+        return
+    table = Table(title=f"sessions · {cfg.disk_cache_path}")
+    for col in ("name", "turns", "tokens", "chunks", "MiB", "compression", "model", "last used"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            str(r["name"]),
+            str(r["turns"]),
+            str(r["tokens"]),
+            str(r["chunks"]),
+            f"{r['bytes'] / 2**20:.1f}",
+            str(r["compression"]),
+            str(r["model"]),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r["last_used"])),
+        )
+    out.print(table)
+
+
+def rm(
+    doc: Annotated[
+        str | None, typer.Argument(help="Document name (every version is removed).")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Remove this chat session instead.")
+    ] = None,
+    disk_cache_path: opt.DiskCachePath = None,
+) -> None:
+    """Remove a document, or a chat session (--session), and reclaim its space."""
+    if (doc is None) == (session is None):
+        raise InputError(
+            "name one document or one --session to remove",
+            "Run `cascade rm DOC` or `cascade rm --session NAME`.",
+        )
+    cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
+    missing = (
+        NotFoundError(f"no chat session named {session!r}", "See `cascade sessions`.")
+        if session is not None
+        else NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.")
+    )
     try:
         DiskStore.open(cfg.disk_cache_path, None, readonly=True).close()
     except NotFoundError:
-        raise NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.") from None
+        raise missing from None
     with DiskStore.open(cfg.disk_cache_path, None) as store:
+        if session is not None:
+            manage.sweep(store)
+            with store.lock:
+                found = sessions.find(store.conn, session)
+            if found is None:
+                raise missing
+            freed = manage.remove(store, found)
+            out.print(
+                f"removed session {session}: {found.turns} turns, {freed / 2**20:.1f} MiB freed"
+            )
+            return
         catalog.sweep(store)
         versions = [
             d
             for d in catalog.documents(store.conn, include_partial=True)
-            if d.name == doc or d.path in (doc, catalog.resolved(doc))
+            if d.name == doc or d.path in (doc, catalog.resolved(str(doc)))
         ]
         if not versions:
-            raise NotFoundError(f"no ingested document named {doc!r}", "See `cascade docs`.")
+            raise missing
         freed = sum(catalog.remove(store, d) for d in versions)
     out.print(f"removed {doc}: {len(versions)} version(s), {freed / 2**20:.1f} MiB freed")

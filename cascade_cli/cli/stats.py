@@ -1,4 +1,4 @@
-"""`cascade stats`: per-tier counters and latencies, and per-document sizes."""
+"""`cascade stats`: per-tier counters and latencies, and per-document and per-session sizes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from cascade_cli.cli import options as opt
 from cascade_cli.cli.state import out, settings
 from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
+from cascade_cli.session import manage
 from cascade_cli.store import DiskStore, snapshot
 from cascade_cli.store.stats import LATENCY_OPS, TIERS, empty_histogram
 
@@ -29,6 +30,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             "latency": {op: empty_histogram() for op in LATENCY_OPS},
             "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
             "documents": [],
+            "sessions": [],
         }
     with store:
         snap = snapshot(store)
@@ -47,8 +49,13 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
                     "compression": doc.scheme,
                 }
             )
+        chats = [
+            {k: r[k] for k in ("name", "turns", "tokens", "chunks", "bytes", "compression")}
+            for r in manage.rows(store)
+        ]
     snap["store"] = str(cfg.disk_cache_path)
     snap["documents"] = docs
+    snap["sessions"] = chats
     return snap
 
 
@@ -106,3 +113,12 @@ def stats(
             d["compression"],
         )
     out.print(docs)
+    chats = Table(title="sessions")
+    for col in ("name", "turns", "tokens", "chunks", "bytes", "compression"):
+        chats.add_column(col)
+    for c in data["sessions"]:
+        chats.add_row(
+            c["name"], str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
+            c["compression"],
+        )  # fmt: skip
+    out.print(chats)

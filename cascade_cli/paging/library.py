@@ -11,6 +11,7 @@ from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir, llama_version
 from cascade_cli.engine.embed import Embedder
+from cascade_cli.errors import FingerprintMismatchError
 from cascade_cli.kv.codec import VERSION, VERSIONS
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
@@ -64,19 +65,38 @@ class Library:
         mode: Literal["write", "shared"] = "write",
         repair: bool = True,
         embed_path: Path | None = None,
+        any_model: bool = False,
     ) -> None:
+        """`any_model`: open a store created with another model too (chat sessions record the
+        fingerprint of every chunk they write and restore only their own model's); documents
+        and the sink keep refusing it."""
         kv.configure(library_dir())
         self.settings = settings
         self.ctx = ctx
-        self.disk = DiskStore.open(
-            settings.disk_cache_path,
-            ctx.fingerprint(),
-            budget=settings.disk_cache_budget,
-            timeout=timeout,
-            mode=mode,
-            layout=layout(),
-            repair=repair,
-        )
+        fingerprint = ctx.fingerprint()
+        try:
+            self.disk = DiskStore.open(
+                settings.disk_cache_path,
+                fingerprint,
+                budget=settings.disk_cache_budget,
+                timeout=timeout,
+                mode=mode,
+                layout=layout(),
+                repair=repair,
+            )
+        except FingerprintMismatchError:
+            if not any_model:
+                raise
+            self.disk = DiskStore.open(
+                settings.disk_cache_path,
+                None,
+                budget=settings.disk_cache_budget,
+                timeout=timeout,
+                mode=mode,
+                layout=layout(),
+                repair=repair,
+            )
+            self.disk.fingerprint = fingerprint  # what the chunks written here are stamped with
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
         decode = _Decode(rope, v_trans=not ctx.flash_attn)

@@ -62,13 +62,20 @@ class Window:
         self.end += len(tokens)
         return out
 
-    def place(self, blob: Buffer) -> int:
-        """Put a chunk's state (at whatever positions it holds) at the window's end; returns
-        its token count."""
+    def place(self, blob: Buffer, at: int | None = None, shift: bool = True) -> int:
+        """Put a chunk's state (at whatever positions it holds) at the window's end, or at
+        position `at`, moving the cells from `at` on up to make room (`shift=False`: the
+        positions [at, at + n) are free, nothing moves); returns its token count."""
         hdr = kvblob.header(blob)
         n = hdr.n_cells
-        self._check(n)
-        delta = self.end - int(hdr.positions.min()) if n else 0
+        at = self.end if at is None else at
+        if not 0 <= at <= self.end:
+            raise ValueError(f"position {at} is outside the window (0..{self.end})")
+        grow = n if shift else max(0, at + n - self.end)
+        self._check(grow)
+        if shift and at < self.end and n:
+            self.ctx.seq_add(WINDOW_SEQ, at, -1, n)
+        delta = at - int(hdr.positions.min()) if n else 0
         if delta and self.rope is not None:
             src = kvblob.as_u8(blob)
             if self._buf.nbytes < src.nbytes:
@@ -80,7 +87,7 @@ class Window:
                 self.ctx.seq_add(SCRATCH_SEQ, -1, -1, delta)
         self.ctx.seq_cp(SCRATCH_SEQ, WINDOW_SEQ)
         self.ctx.seq_rm(SCRATCH_SEQ)
-        self.end += n
+        self.end += grow
         return n
 
     def save(
@@ -93,8 +100,17 @@ class Window:
         finally:
             self.ctx.seq_rm(SCRATCH_SEQ)
 
-    def drop(self, p0: int, p1: int) -> None:
-        """Remove [p0, p1) from the window and slide everything after it down."""
+    def drop(self, p0: int, p1: int, slide: bool = True) -> None:
+        """Remove [p0, p1) from the window and slide everything after it down (`slide=False`:
+        leave a gap of free positions; nothing moves)."""
         self.ctx.seq_rm(WINDOW_SEQ, p0, p1)
-        self.ctx.seq_add(WINDOW_SEQ, p1, -1, p0 - p1)
-        self.end -= p1 - p0
+        if slide:
+            self.ctx.seq_add(WINDOW_SEQ, p1, -1, p0 - p1)
+            self.end -= p1 - p0
+        elif p1 >= self.end:
+            self.end = p0
+
+    def move(self, p0: int, p1: int, delta: int) -> None:
+        """Shift the positions of the cells in [p0, p1) (p1 = -1: to the end) by `delta`; the
+        positions they move to must be free. llama.cpp re-ropes the cache on the next decode."""
+        self.ctx.seq_add(WINDOW_SEQ, p0, p1, delta)

@@ -1,0 +1,113 @@
+"""A fact from turn 1, asked after three windows' worth of conversation, through restarts.
+
+python bench/chat_memory.py [--trials 10] [--window 4096] [--windows 3]
+
+Each trial is one session driven through `cascade chat --session` with piped stdin, greedy:
+process 1 says "My locker code is NNNN. Please remember it." (a random code per trial) and
+starts a conversation about passages of *Emma* (≈ 650 tokens a turn); processes 2 and 3 continue it until the turns
+after the first hold at least --windows × --window tokens. The store is then copied; a 4th
+process asks the direct question, a 5th (on the copy) a paraphrase. A trial counts when the
+code's digits are in the answer; the table also says whether turn 1 was recalled (the stderr
+marker). Controls, no paging: the direct question right after turn 1, and after turn 1 and three
+more turns (≈ 2,000 tokens, all still in the window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.chat_common import chat, env, filler, home  # noqa: E402
+
+DIRECT = "What is my locker code? Answer with the number only."
+PARAPHRASE = "Which number did I ask you to remember for my locker? Reply with just the number."
+
+
+def tokens(where: Path, session: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-m", "cascade_cli", "sessions", "--json"],
+        capture_output=True, text=True, env=env(where), cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    return int(next(s["tokens"] for s in json.loads(out)["sessions"] if s["name"] == session))
+
+
+def ask(where: Path, session: str, question: str, flags: list[str]) -> tuple[str, str]:
+    """(answer, what the stderr marker says was recalled)."""
+    proc = chat(where, session, [question], *flags)
+    marks = [line for line in proc.stderr.splitlines() if line.startswith("(recalled ")]
+    return proc.stdout.strip(), marks[-1][len("(recalled ") : -1] if marks else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--windows", type=float, default=3.0)
+    ap.add_argument("--control", type=int, default=3)
+    args = ap.parse_args()
+    flags = ["--gpu-cache-size", str(args.window), "--temperature", "0", "--max-tokens", "32"]
+    rng = random.Random(9)
+    where = home("chat-memory")
+    print("| trial | code | later tokens | processes | direct | recalled | paraphrase |"
+          " recalled |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    hits = {"direct": 0, "paraphrase": 0}
+    for trial in range(args.trials):
+        code = str(rng.randrange(1000, 10000))
+        name = f"t{trial}"
+        talk = filler(200, seed=100 + trial, chars=2600)
+        chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
+        first = tokens(where, name)
+        target = first + args.windows * args.window
+        procs, sent = 1, 0
+        per_process = -(-int(args.windows * args.window) // 650 // 3) + 1
+        while tokens(where, name) < target:
+            chat(where, name, talk[sent : sent + per_process], *flags)
+            sent += per_process
+            procs += 1
+        later = tokens(where, name) - first
+        copy = where.parent / "chat-memory-copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(where, copy, symlinks=True)
+        direct, r1 = ask(where, name, DIRECT, flags)
+        para, r2 = ask(copy, name, PARAPHRASE, flags)
+        ok1, ok2 = code in direct, code in para
+        hits["direct"] += ok1
+        hits["paraphrase"] += ok2
+        print(
+            f"| {trial} | {code} | {later} | {procs + 1} | {'yes' if ok1 else 'no: ' + direct.replace(chr(10), ' ')[:40]}"
+            f" | {r1} | {'yes' if ok2 else 'no: ' + para.replace(chr(10), ' ')[:40]} | {r2} |",
+            flush=True,
+        )
+    print(f"direct {hits['direct']}/{args.trials}, paraphrase {hits['paraphrase']}/{args.trials}")
+    ok = 0
+    for trial in range(args.control):
+        code = str(rng.randrange(1000, 10000))
+        name = f"c{trial}"
+        chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
+        answer, _ = ask(where, name, DIRECT, flags)
+        ok += code in answer
+    print(f"control (turn 1 right before the question): {ok}/{args.control}")
+    ok = 0
+    for trial in range(args.control):
+        code = str(rng.randrange(1000, 10000))
+        name = f"d{trial}"
+        chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
+        chat(where, name, filler(3, seed=300 + trial, chars=2600), *flags)
+        answer, recalled = ask(where, name, DIRECT, flags)
+        ok += code in answer
+        print(f"distance control {trial}: {tokens(where, name)} tokens, nothing paged out"
+              f" ({recalled}), {'yes' if code in answer else 'no: ' + answer[:40]}")  # fmt: skip
+    print(f"control (turn 1 in the window, 3 turns before the question): {ok}/{args.control}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""A window laid out as an ordered list of stored chunks ("pages"), changed by the smallest edit.
+
+The session's window holds chunks at increasing positions: the system prompt, then recalled
+chunks, then the recent turns. Moving to a new layout never slides what stays: a chunk that
+leaves is removed and leaves a gap of free positions; chunks that come in are placed in the gap
+in front of the next chunk that stays (right-aligned, so a recalled turn sits just before the
+recent ones). Only when a gap is too small, or the positions would run past the limit (twice
+the window, at most the model's training context), do the cells that follow move — and moving
+cells makes llama.cpp re-rope the whole cache on the next decode (a K-shift, the one cost here
+that grows with the window), so it happens once every few windows' worth of conversation
+rather than on every turn. Each chunk that stays is a window hit and costs nothing; a placed
+chunk's decoded state is not also kept in the RAM tier (the window holds it; the disk and the
+page cache serve it again when it is recalled). A chunk the store cannot serve — missing,
+failing its checksum, made by another model or for other tokens — is recomputed from its token
+ids at the window's end (seeing the whole window before it) and moved into place.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cascade_cli.engine import Context
+from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.window import Window
+from cascade_cli.store import ChunkMeta
+
+
+@dataclass
+class Page:
+    """A chunk that can sit in the window: its store key, token ids, and the record to save
+    it under when it has to be recomputed (None: never saved from here, e.g. a document's)."""
+
+    key: str
+    tokens: list[int] = field(repr=False)
+    meta: ChunkMeta | None = field(default=None, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class Placed:
+    """What one layout change did."""
+
+    kept: int = 0
+    dropped: int = 0
+    moved: bool = False  # cells after a chunk moved (a K-shift follows)
+    tiers: Counter[str] = field(default_factory=Counter)  # ram / disk / recomputed
+    recomputed_tokens: int = 0
+    seconds: float = 0.0
+
+
+class Pages:
+    """The window and the pages it holds, in order, with their start positions."""
+
+    def __init__(self, ctx: Context, lib: Library, cells: int) -> None:
+        self.ctx = ctx
+        self.lib = lib
+        self.cells = cells
+        train = ctx.model.n_ctx_train or cells
+        self.win = Window(ctx, max(cells, min(train, 2 * cells)))  # limit on positions
+        self.fingerprint = ctx.fingerprint()
+        self.layout: list[Page] = []
+        self.at: dict[str, int] = {}
+
+    @property
+    def saving(self) -> bool:
+        """Whether chunk states are saved: not while another process writes the store (a
+        shared open); the chunks are then recomputed from their token ids when next needed."""
+        return self.lib.disk.mode == "write"
+
+    @property
+    def keys(self) -> list[str]:
+        return [p.key for p in self.layout]
+
+    @property
+    def used(self) -> int:
+        """Cells the pages occupy."""
+        return sum(p.n for p in self.layout)
+
+    def reset(self) -> None:
+        self.win.reset()
+        self.layout = []
+        self.at = {}
+
+    def apply(self, target: Sequence[Page], room: int = 0) -> Placed:
+        """Make the window hold `target` in order, with `room` free positions after it; pages
+        already there stay where they are."""
+        t0 = time.perf_counter()
+        done = Placed()
+        if sum(p.n for p in target) + room > self.cells:
+            raise ContextFullError(
+                f"the layout needs {sum(p.n for p in target) + room} tokens, the window holds "
+                f"{self.cells}",
+                "Raise --gpu-cache-size or lower --max-tokens.",
+            )
+        wanted = {p.key: i for i, p in enumerate(target)}
+        last = -1
+        keep: list[Page] = []
+        for p in self.layout:  # what stays, in the target's order
+            if p.key in wanted and wanted[p.key] > last:
+                last = wanted[p.key]
+                keep.append(p)
+        kept = self._adjacent(target, {p.key for p in keep})
+        keep = [p for p in keep if p.key in kept]
+        for p in reversed(self.layout):
+            if p.key not in kept:
+                self.win.drop(self.at[p.key], self.at[p.key] + p.n, slide=False)
+                del self.at[p.key]
+                done.dropped += 1
+        self.layout = keep
+        self.win.end = max((self.at[p.key] + p.n for p in keep), default=0)
+        done.kept = len(keep)
+        at, shifts = self._plan(target)
+        if max((at[p.key] + p.n for p in target), default=0) + room > self.win.limit:
+            self._compact()  # out of positions: close the gaps (once every few windows)
+            done.moved = True
+            at, shifts = self._plan(target)
+        for key, delta in shifts:
+            p0 = self.at[key]
+            self.win.move(p0, -1, delta)
+            for k in self.at:
+                if self.at[k] >= p0:
+                    self.at[k] += delta
+            self.win.end += delta
+        done.moved = done.moved or bool(shifts)
+        fresh = {k: v for k, v in at.items() if k not in kept}
+        warm = {k for k in fresh if k in self.lib.ram}  # before prefetching fills RAM
+        self.lib.pager.prefetch(list(fresh), fresh)
+        for i, p in enumerate(target):
+            if p.key in fresh:
+                tier = self._materialize(p, fresh[p.key], "ram" if p.key in warm else "disk")
+                done.tiers[tier] += 1
+                if tier == "recomputed":
+                    done.recomputed_tokens += p.n
+                self.at[p.key] = fresh[p.key]
+                self.layout.insert(i, p)
+        self.lib.disk.stats.add("window", "hits", done.kept)
+        self.lib.disk.stats.add("window", "misses", len(fresh))
+        done.seconds = time.perf_counter() - t0
+        return done
+
+    def _adjacent(self, target: Sequence[Page], kept: set[str]) -> set[str]:
+        """The kept pages that will still be contiguous with what follows them. Everything
+        after the first page (the system prompt) ends up as one run — recalled chunks right
+        before the recent turns, as in a conversation — so a kept page that a gap would
+        separate from the next one is placed again (a restore of a small chunk) rather than
+        left behind: distance from the message is what a small model's attention pays for."""
+        keep = set(kept)
+        expected: int | None = None  # where the page after this one will start
+        for p in reversed(target[1:]):
+            if p.key in keep:
+                pos = self.at[p.key]
+                if expected is not None and pos + p.n != expected:
+                    keep.discard(p.key)
+                    expected -= p.n
+                else:
+                    expected = pos
+            elif expected is not None:
+                expected -= p.n
+        return keep
+
+    def _plan(self, target: Sequence[Page]) -> tuple[dict[str, int], list[tuple[str, int]]]:
+        """(start position of every target page, [(kept page, shift up)]) for placing the
+        pages that come in: right-aligned in the gap before the next kept page, or at the end."""
+        at: dict[str, int] = {}
+        shifts: list[tuple[str, int]] = []
+        moved = 0  # how far the kept pages from here on have moved up
+        prev_end = 0
+        i = 0
+        while i < len(target):
+            p = target[i]
+            if p.key in self.at:
+                at[p.key] = self.at[p.key] + moved
+                prev_end = at[p.key] + p.n
+                i += 1
+                continue
+            j = i
+            while j < len(target) and target[j].key not in self.at:
+                j += 1
+            run = sum(q.n for q in target[i:j])
+            start = prev_end
+            if j < len(target):
+                nxt = self.at[target[j].key] + moved
+                if nxt - prev_end >= run:
+                    start = nxt - run  # into the gap, just before what follows
+                else:
+                    shifts.append((target[j].key, run - (nxt - prev_end)))
+                    moved += run - (nxt - prev_end)
+            for q in target[i:j]:
+                at[q.key] = start
+                start += q.n
+            prev_end = start
+            i = j
+        return at, shifts
+
+    def _compact(self) -> None:
+        """Close every gap: each page slides down to follow the one before it."""
+        expected = 0
+        for p in self.layout:
+            pos = self.at[p.key]
+            if pos > expected:
+                self.win.move(pos, pos + p.n, expected - pos)
+                self.at[p.key] = expected
+            expected += p.n
+        self.win.end = expected
+
+    def _usable(self, p: Page) -> bool:
+        """Whether the store holds this page's KV, made by this model for exactly its tokens."""
+        try:
+            meta = self.lib.disk.meta(p.key)
+        except NotFoundError:
+            return False
+        return meta.fingerprint == self.fingerprint and np.array_equal(
+            meta.tokens, np.asarray(p.tokens, dtype=np.int32)
+        )
+
+    def _materialize(self, p: Page, at: int, tier: str) -> str:
+        """Put page `p` at the free positions from `at`: restored from RAM or disk, else
+        recomputed."""
+        if self._usable(p):
+            try:
+                self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
+                self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed
+                return tier
+            except (NotFoundError, CorruptChunkError):
+                pass  # recompute below: never serve bad bytes
+        end = self.win.end
+        self.win.append(p.tokens)
+        blob = self.win.save(end, end + p.n)
+        if p.meta is not None and self.saving:
+            self.lib.pager.save(p.meta.replace(pos=at), blob)
+        if at < end:
+            self.win.drop(end, end + p.n, slide=False)
+            self.win.place(blob, at=at, shift=False)
+        return "recomputed"
+
+    def append(self, page: Page, start: int) -> None:
+        """Record a page whose tokens were just decoded at positions start.. (a new turn) and
+        queue its state for saving (write-back)."""
+        blob = self.win.save(start, start + page.n)
+        if page.meta is not None and self.saving:
+            self.lib.pager.save(page.meta.replace(pos=start), blob)
+        self.layout.append(page)
+        self.at[page.key] = start

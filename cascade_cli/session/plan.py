@@ -1,0 +1,121 @@
+"""Choosing the window for the next message: system prompt, recalled chunks, recent turns.
+
+While the whole conversation fits, the window holds all of it. Once it does not (or documents are
+in the conversation), a share of the window is kept for recalled chunks: the newest turns fill
+the rest, and the best hits of recall over the turns that left (and the documents) fill the kept
+part, placed in conversation order ahead of the recent turns. Only strong hits are recalled (see
+recall.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from cascade_cli.session.catalog import Chunk
+from cascade_cli.session.pages import Page
+from cascade_cli.session.recall import strong
+
+if TYPE_CHECKING:
+    from cascade_cli.session.chat import ChatSession
+
+#: Share of the window kept for recalled chunks once the conversation no longer fits.
+RECALL_SHARE = 0.25
+#: Longest recall query, in characters (the end of a longer message).
+QUERY_CHARS = 300
+#: At most this many chunks are recalled for one message.
+MAX_RECALLED = 2
+
+
+def query_of(text: str) -> str:
+    """What a message asks: all of a short message, the last QUERY_CHARS characters (from a
+    sentence start) of a long one — a pasted text followed by a question asks the question."""
+    if len(text) <= QUERY_CHARS:
+        return text
+    tail = text[-QUERY_CHARS:]
+    marks = [
+        i for i in (tail.find(". "), tail.find("? "), tail.find("! "), tail.find("\n")) if i >= 0
+    ]
+    cut = min(marks, default=-1)
+    return tail[cut + 1 :].strip() if 0 <= cut < len(tail) - 40 else tail
+
+
+def _label(chunk: Chunk) -> str:
+    return f"turn {chunk.turn}" if chunk.turn else "system prompt"
+
+
+def _frame(chat: ChatSession, key: str, tokens: list[int]) -> Page:
+    """Template tokens around a document's excerpts (decoded when placed, never stored)."""
+    return Page(key, tokens)
+
+
+def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str, str], float]:
+    """The layout for the next message: (pages, labels of recalled chunks by key, seconds
+    recall took)."""
+    system = chat.page(chat.s.key(0))
+    turns = [c for i, c in sorted(chat.chunks.items()) if i]
+    free = chat.window - system.n - need - chat.reserve
+    if sum(len(c.tokens) for c in turns) <= free and not chat.docs:
+        return [system] + [chat.page(chat.s.key(c.idx)) for c in turns], {}, 0.0
+    budget = int(chat.window * RECALL_SHARE)
+    frames = {
+        d.owner: (
+            chat.tpl.special(chat.tpl.user_open)
+            + chat.tpl.plain(f"Excerpts from the document {d.name}:\n\n"),
+            chat.tpl.special(chat.tpl.user_close),
+        )
+        for d in chat.docs
+    }
+    room = free - budget
+    recent: list[Chunk] = []
+    used = 0
+    for c in reversed(turns):
+        if used + len(c.tokens) > room:
+            break
+        recent.insert(0, c)
+        used += len(c.tokens)
+    first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
+    t0 = time.perf_counter()
+    owners = [chat.s.owner] + [d.owner for d in chat.docs]
+    hits = []
+    if first > 1 or chat.docs:
+        mode = chat.lib.settings.recall
+        hits = strong(chat.recall.search(owners, query_of(text), mode=mode, limit=32))
+    chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
+    spent = 0
+    for h in hits:
+        if h.owner == chat.s.owner:
+            if not 0 < h.chunk < first:
+                continue
+            n = len(chat.chunks[h.chunk].tokens)
+        else:
+            n = chat.lib.disk.meta(f"{h.owner}:{h.chunk}").n_tokens
+            if not any(o == h.owner for o, _, _ in chosen):
+                n += sum(len(t) for t in frames[h.owner])
+        if spent + n <= budget:
+            chosen.append((h.owner, h.chunk, n))
+            spent += n
+        if len(chosen) >= MAX_RECALLED:
+            break
+    seconds = time.perf_counter() - t0
+    rank = {d.owner: i for i, d in enumerate(chat.docs)}
+    doc_hits = sorted((rank[o], i) for o, i, _ in chosen if o != chat.s.owner)
+    mine = sorted(i for o, i, _ in chosen if o == chat.s.owner)
+    pages = [system]
+    labels: dict[str, str] = {}
+    for r, doc in enumerate(chat.docs):
+        idxs = [i for rr, i in doc_hits if rr == r]
+        if not idxs:
+            continue
+        opening, closing = frames[doc.owner]
+        pages.append(_frame(chat, f"frame:{doc.owner}:open", opening))
+        for i in idxs:
+            page = chat.page(f"{doc.owner}:{i}")
+            pages.append(page)
+            labels[page.key] = f"{doc.name} chunk {i}"
+        pages.append(_frame(chat, f"frame:{doc.owner}:close", closing))
+    for i in mine:
+        pages.append(chat.page(chat.s.key(i)))
+        labels[chat.s.key(i)] = _label(chat.chunks[i])
+    pages += [chat.page(chat.s.key(c.idx)) for c in recent]
+    return pages, labels, seconds

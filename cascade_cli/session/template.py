@@ -1,0 +1,111 @@
+"""The chat template split into per-message token segments.
+
+A session's window is a concatenation of chunks — the system prompt, then one chunk per turn —
+so each message must render on its own exactly as it would inside the whole conversation. The
+template's own parts are tokenized with parse_special=True; message text never is (text such as
+``<|im_start|>system`` typed by a user stays plain text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cascade_cli.engine import Model
+from cascade_cli.errors import EngineError
+
+_MARK = "@@CASCADE-MESSAGE@@"
+
+
+@dataclass(frozen=True)
+class Template:
+    """Template text around each role's content, and the reply header."""
+
+    model: Model
+    sys_open: str
+    sys_close: str
+    user_open: str
+    user_close: str
+    header: str  # opens the assistant's reply
+    reply_close: str
+
+    def special(self, text: str, first: bool = False) -> list[int]:
+        return self.model.tokenize(text, add_special=first, parse_special=True) if text else []
+
+    def plain(self, text: str) -> list[int]:
+        return self.model.tokenize(text, add_special=False, parse_special=False)
+
+    def system(self, text: str) -> list[int]:
+        """Chunk 0: BOS (if the model wants one) and the rendered system message."""
+        return self.special(self.sys_open, True) + self.plain(text) + self.special(self.sys_close)
+
+    def user(self, text: str) -> list[int]:
+        """A user message followed by the reply header: what is decoded before a reply."""
+        return (
+            self.special(self.user_open)
+            + self.plain(text)
+            + self.special(self.user_close + self.header)
+        )
+
+    def user_parts(self, text: str) -> tuple[list[int], list[int], list[int]]:
+        """(opening, text, closing + header) token ids of a user message (long messages are
+        paged through in pieces)."""
+        return (
+            self.special(self.user_open),
+            self.plain(text),
+            self.special(self.user_close + self.header),
+        )
+
+    def close(self) -> list[int]:
+        """Tokens that end a reply (decoded after the end-of-generation token is sampled)."""
+        return self.special(self.reply_close)
+
+
+def _split(rendered: str) -> tuple[str, str]:
+    if rendered.count(_MARK) != 1:
+        raise EngineError(
+            "the model's chat template drops or repeats message text",
+            "Use a model whose template renders each message once (ChatML, Llama 3, …).",
+        )
+    head, tail = rendered.split(_MARK)
+    return head, tail
+
+
+_TEMPLATES: dict[tuple[int, str], Template] = {}
+
+
+def template(model: Model) -> Template:
+    """The model's template split per message (computed once per loaded model)."""
+    key = (id(model), str(model.path))
+    if key not in _TEMPLATES:
+        _TEMPLATES[key] = _build(model)
+    return _TEMPLATES[key]
+
+
+def _build(model: Model) -> Template:
+    render = model.apply_chat_template
+    sys_open, sys_close = _split(render([("system", _MARK)], add_assistant=False))
+    user_open, user_close = _split(render([("user", _MARK)], add_assistant=False))
+    plain = render([("user", _MARK)], add_assistant=False)
+    opened = render([("user", _MARK)], add_assistant=True)
+    if not opened.startswith(plain):
+        raise EngineError(
+            "the model's chat template renders the reply header inside the user message",
+            "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
+        )
+    header = opened[len(plain) :]
+    _, reply_close = _split(render([("assistant", _MARK)], add_assistant=False))
+    tpl = Template(model, sys_open, sys_close, user_open, user_close, header, reply_close)
+    # the pieces must add up to the whole conversation, or chunks could not be concatenated
+    convo = [("system", "S"), ("user", "U1"), ("assistant", "A1"), ("user", "U2")]
+    whole = render(convo, add_assistant=True)
+    pieces = (
+        f"{sys_open}S{sys_close}{user_open}U1{user_close}{header}A1{reply_close}"
+        f"{user_open}U2{user_close}{header}"
+    )
+    if whole != pieces:
+        raise EngineError(
+            "the model's chat template merges messages, so a conversation cannot be paged"
+            " message by message",
+            "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
+        )
+    return tpl
