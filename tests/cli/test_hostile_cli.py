@@ -123,7 +123,8 @@ def test_file_changing_during_ingest(home: Path, tmp_path: Path) -> None:
     assert (version, status) == (1, "ready")
     rows = passage_rows(home, did)  # the text as read at the start, at its offsets
     assert rows and all(original[s : s + len(t)] == t for _, _, s, t, _ in rows)
-    assert " ".join(t for *_, t, _ in rows).split() == original.split()
+    squeeze = "".join  # chunk boundaries may cut a word: compare without whitespace
+    assert squeeze(squeeze(t.split()) for *_, t, _ in rows) == squeeze(original.split())
     again = cli(["ingest", str(src), "--name", "live", *SMALL], home)
     assert again.returncode == 0 and "ingested live v2" in again.stdout
     assert [r[2:4] for r in doc_rows(home)] == [(2, "ready")]
