@@ -44,7 +44,15 @@ def m002_unembedded(conn: sqlite3.Connection) -> None:
     )
 
 
-register_migrations("recall", [m001_corpora, m002_unembedded])
+def m003_corpus_uid(conn: sqlite3.Connection) -> None:
+    """A random id per corpus: a document id (and so its owner string and corpus row) can be
+    reused after a removal, and a cache keyed by owner and change count alone then serves the
+    removed document's vectors."""
+    conn.execute("ALTER TABLE recall_corpora ADD COLUMN uid TEXT")
+    conn.execute("UPDATE recall_corpora SET uid = lower(hex(randomblob(8)))")
+
+
+register_migrations("recall", [m001_corpora, m002_unembedded, m003_corpus_uid])
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,10 @@ def _bump(conn: sqlite3.Connection, cid: int) -> None:
     conn.execute("UPDATE recall_corpora SET gen = gen + 1 WHERE id = ?", (cid,))
 
 
-def generation(conn: sqlite3.Connection, owner: str) -> tuple[int, int] | None:
-    """(corpus id, change count) of `owner`, or None."""
-    row = conn.execute("SELECT id, gen FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
-    return (int(row[0]), int(row[1])) if row else None
+def generation(conn: sqlite3.Connection, owner: str) -> tuple[str, int] | None:
+    """(corpus uid, change count) of `owner`, or None."""
+    row = conn.execute("SELECT uid, gen FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
+    return (str(row[0]), int(row[1])) if row else None
 
 
 def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int | None:

@@ -16,28 +16,28 @@ F32 = npt.NDArray[np.float32]
 
 class VectorCache:
     """Each owner's passage vectors as one f32 matrix, reloaded when the corpus's generation
-    changes (this or another process indexed or embedded since); the `keep` most recently used
+    changes (this or another process indexed or embedded since, or the owner's corpus was dropped
+    and made again: its uid differs); the `keep` most recently used
     owners stay (a book of 220k tokens is ~9k passages, 14 MB)."""
 
     def __init__(self, keep: int = 8) -> None:
-        self._mats: dict[str, tuple[int, npt.NDArray[np.int32], F32]] = {}
+        self._mats: dict[str, tuple[tuple[str, int], npt.NDArray[np.int32], F32]] = {}
         self._lock = threading.Lock()
         self.keep = keep
 
     def get(self, conn: sqlite3.Connection, owner: str) -> tuple[npt.NDArray[np.int32], F32]:
-        gen = index.generation(conn, owner)
-        if gen is None:
+        version = index.generation(conn, owner)
+        if version is None:
             return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float32)
-        count = gen[1]
         with self._lock:
             cached = self._mats.pop(owner, None)
-            if cached is not None and cached[0] == count:
+            if cached is not None and cached[0] == version:
                 self._mats[owner] = cached  # most recent last
                 return cached[1], cached[2]
         ids, vecs = index.vectors(conn, owner)
         mat = vecs.astype(np.float32)
         with self._lock:
-            self._mats[owner] = (int(count), ids, mat)
+            self._mats[owner] = (version, ids, mat)
             while len(self._mats) > self.keep:
                 self._mats.pop(next(iter(self._mats)))
         return ids, mat

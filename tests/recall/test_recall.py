@@ -169,3 +169,18 @@ def test_missing_embeddings_are_filled_at_search(tmp_path: Path, embed_model_pat
         assert rank_of(full, question, "semantic", 4) == 0
         assert full.pending([OWNER]) == 0
         full.close()
+
+
+def test_recreated_corpus_is_not_served_from_the_cache(recall: Recall) -> None:
+    """A removed document's owner string can come back (SQLite reuses the largest id): its new
+    vectors are searched, not the cached ones of the removed version."""
+    question = "What secret number was I asked to remember?"
+    index_all(recall, haystack(6, SECRET, at=2))
+    assert rank_of(recall, question, "semantic", 2) == 0
+    recall.disk.conn.execute("BEGIN")
+    from cascade_cli.recall import index
+
+    index.forget(recall.disk.conn, OWNER)  # as a document removal does, beside the cache
+    recall.disk.conn.execute("COMMIT")
+    index_all(recall, haystack(6, SECRET, at=4))
+    assert rank_of(recall, question, "semantic", 4) == 0
