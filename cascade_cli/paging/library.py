@@ -74,28 +74,24 @@ class Library:
         self.settings = settings
         self.ctx = ctx
         fingerprint = ctx.fingerprint()
-        try:
-            self.disk = DiskStore.open(
+
+        def open_store(check: str | None) -> DiskStore:
+            return DiskStore.open(
                 settings.disk_cache_path,
-                fingerprint,
+                check,
                 budget=settings.disk_cache_budget,
                 timeout=timeout,
                 mode=mode,
                 layout=layout(),
                 repair=repair,
             )
+
+        try:
+            self.disk = open_store(fingerprint)
         except FingerprintMismatchError:
             if not any_model:
                 raise
-            self.disk = DiskStore.open(
-                settings.disk_cache_path,
-                None,
-                budget=settings.disk_cache_budget,
-                timeout=timeout,
-                mode=mode,
-                layout=layout(),
-                repair=repair,
-            )
+            self.disk = open_store(None)
             self.disk.fingerprint = fingerprint  # what the chunks written here are stamped with
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
