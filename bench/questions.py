@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.niah import EMBED, MODEL  # noqa: E402
 from cascade_cli.engine import Model, set_verbose  # noqa: E402
 from cascade_cli.engine.embed import Embedder  # noqa: E402
 from cascade_cli.paging.ask import arrange  # noqa: E402
@@ -32,9 +33,6 @@ from cascade_cli.recall.lexical import query_terms  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
 from cascade_cli.store import DiskStore  # noqa: E402
 
-HOME = ROOT / ".cascade-test" / "models"
-MODEL = HOME / "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBED = HOME / "all-MiniLM-L6-v2.f16.gguf"
 DATA = ROOT / "bench" / "data"
 WORK = ROOT / "bench" / ".work"
 QUESTIONS = ROOT / "bench" / "questions"

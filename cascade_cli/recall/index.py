@@ -157,6 +157,19 @@ def unembedded(conn: sqlite3.Connection, owner: str, limit: int = 1 << 30) -> li
     return [Row(owner, int(c), int(i), int(s), str(t)) for c, i, s, t in rows]
 
 
+def count_unembedded(conn: sqlite3.Connection, owner: str) -> int:
+    """How many passages of `owner` still wait for an embedding (read from the partial index)."""
+    cid = corpus_id(conn, owner)
+    if cid is None:
+        return 0
+    (n,) = conn.execute(
+        "SELECT COUNT(*) FROM recall_passages INDEXED BY recall_unembedded"
+        " WHERE corpus = ? AND vec IS NULL",
+        (cid,),
+    ).fetchone()
+    return int(n)
+
+
 def set_vectors(
     conn: sqlite3.Connection, owner: str, rows: Sequence[Row], vecs: npt.NDArray[np.float32]
 ) -> None:

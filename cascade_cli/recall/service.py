@@ -9,8 +9,6 @@ worse than the index promises.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +23,7 @@ from cascade_cli.recall import index, lexical, semantic
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.select import Hit, fuse
 from cascade_cli.store import DiskStore
+from cascade_cli.store.prefetch import lower_priority
 
 MODES = ("hybrid", "bm25", "semantic")
 #: Scheduling niceness of the background embedding thread (it uses what decoding leaves idle).
@@ -39,11 +38,6 @@ class Embeds(Protocol):
     def close(self) -> None: ...
 
 
-def _nice(increment: int) -> None:
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), increment)
-
-
 class Recall:
     """One per open store. `lib` is a paging Library (needs `.disk` and `.embedder_factory`)."""
 
@@ -54,7 +48,7 @@ class Recall:
         self._loading: Future[Embeds] | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cascade-embed")
-        self._pool.submit(_nice, EMBED_NICE)
+        self._pool.submit(lower_priority, EMBED_NICE)
         self._jobs: list[Future[None]] = []
         self.cache = semantic.VectorCache()
         self.timings: dict[str, float] = {}
@@ -139,7 +133,7 @@ class Recall:
     def pending(self, owners: Sequence[str]) -> int:
         """Passages of `owners` still without an embedding."""
         with self.disk.lock:
-            return sum(len(index.unembedded(self.disk.conn, o)) for o in owners)
+            return sum(index.count_unembedded(self.disk.conn, o) for o in owners)
 
     def flush(self) -> None:
         """Wait for queued embedding work; re-raise its first error."""

@@ -26,7 +26,7 @@ Encode = Callable[[Any, str], bytes]
 Decode = Callable[..., Any]
 
 
-def _nice(increment: int) -> None:
+def lower_priority(increment: int) -> None:
     """Lower this thread's scheduling priority (Linux threads have their own nice value), so
     write-back uses CPU the model's threads leave idle."""
     if increment <= 0:
@@ -67,7 +67,10 @@ class Pager:
         self.max_prefetch = max_prefetch
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="cascade-read")
         self._writers = ThreadPoolExecutor(
-            writers, thread_name_prefix="cascade-write", initializer=_nice, initargs=(writer_nice,)
+            writers,
+            thread_name_prefix="cascade-write",
+            initializer=lower_priority,
+            initargs=(writer_nice,),
         )
         self._slots = threading.BoundedSemaphore(max_pending)
         self._lock = threading.RLock()  # a done future runs its callback in add_done_callback
