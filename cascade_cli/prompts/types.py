@@ -1,0 +1,76 @@
+"""What the prompt service takes and gives: messages, sampling parameters, a streamed reply.
+
+The HTTP server (cascade_cli/server) turns OpenAI requests into these and these into OpenAI
+responses; the service (service.py) never sees HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+#: Roles a chat message may have (OpenAI's "developer" is read as "system").
+ROLES = ("system", "developer", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message; `content` already joined from text parts."""
+
+    role: str
+    content: str
+
+
+@dataclass
+class Params:
+    """Sampling and stopping for one request. temperature 0 is greedy; seed None is random."""
+
+    max_tokens: int | None = None  # None: until end of generation or the window's room
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Timings:
+    """llama.cpp server's `timings`: prompt_n tokens decoded for the prompt, cache_n prompt
+    tokens not decoded (restored, kept in the window, or paged out in the store)."""
+
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.cache_n + self.prompt_n
+
+
+@dataclass
+class Result:
+    """Filled when the reply's iterator is exhausted (or closed)."""
+
+    finish_reason: str = "stop"  # "stop" (end of generation or a stop string) or "length"
+    timings: Timings = field(default_factory=Timings)
+    ttft_s: float = 0.0
+    recalled: list[str] = field(default_factory=list)  # labels of paged-out turns recalled
+
+
+class Reply:
+    """A streamed reply: iterate for text pieces (stop strings already cut off); `result` is
+    complete once iteration ends. Setting `cancel` stops generation at the next token."""
+
+    def __init__(self, pieces: Iterator[str], result: Result, cancel: threading.Event) -> None:
+        self._pieces = pieces
+        self.result = result
+        self.cancel = cancel
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+    def text(self) -> str:
+        """The whole reply (consumes the iterator)."""
+        return "".join(self._pieces)
