@@ -56,6 +56,7 @@ class Result:
     finish_reason: str = "stop"  # "stop" (end of generation or a stop string) or "length"
     timings: Timings = field(default_factory=Timings)
     ttft_s: float = 0.0
+    recall_s: float = 0.0  # searching older turns (long conversations only)
     recalled: list[str] = field(default_factory=list)  # labels of paged-out turns recalled
 
 

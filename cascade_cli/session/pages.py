@@ -212,7 +212,7 @@ class Pages:
             expected += p.n
         self.win.end = expected
 
-    def _usable(self, p: Page) -> bool:
+    def stored(self, p: Page) -> bool:
         """Whether the store holds this page's KV, made by this model for exactly its tokens."""
         try:
             meta = self.lib.disk.meta(p.key)
@@ -225,7 +225,7 @@ class Pages:
     def _materialize(self, p: Page, at: int, tier: str) -> str:
         """Put page `p` at the free positions from `at`: restored from RAM or disk, else
         recomputed."""
-        if self._usable(p):
+        if self.stored(p):
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
                 self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed

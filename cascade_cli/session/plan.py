@@ -10,8 +10,10 @@ recall.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from cascade_cli.recall import Hit
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.pages import Page
 from cascade_cli.session.recall import strong
@@ -40,6 +42,34 @@ def query_of(text: str) -> str:
     return tail[cut + 1 :].strip() if 0 <= cut < len(tail) - 40 else tail
 
 
+def fit_recent(sizes: Sequence[int], room: int) -> int:
+    """How many of the last items (token counts, oldest first) fit in `room` tokens together."""
+    used = n = 0
+    for size in reversed(sizes):
+        if used + size > room:
+            break
+        used += size
+        n += 1
+    return n
+
+
+def pick(
+    hits: Sequence[Hit], size: Callable[[Hit, list[Hit]], int | None], budget: int
+) -> list[Hit]:
+    """The strong hits that fit `budget` tokens, best first, at most MAX_RECALLED (`size(hit,
+    chosen so far)` says what a hit costs, None for a hit that may not be recalled)."""
+    chosen: list[Hit] = []
+    spent = 0
+    for h in strong(hits):
+        n = size(h, chosen)
+        if n is not None and spent + n <= budget:
+            chosen.append(h)
+            spent += n
+        if len(chosen) >= MAX_RECALLED:
+            break
+    return chosen
+
+
 def _label(chunk: Chunk) -> str:
     return f"turn {chunk.turn}" if chunk.turn else "system prompt"
 
@@ -66,41 +96,29 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
         )
         for d in chat.docs
     }
-    room = free - budget
-    recent: list[Chunk] = []
-    used = 0
-    for c in reversed(turns):
-        if used + len(c.tokens) > room:
-            break
-        recent.insert(0, c)
-        used += len(c.tokens)
+    n_recent = fit_recent([len(c.tokens) for c in turns], free - budget)
+    recent = turns[len(turns) - n_recent :]
     first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
     t0 = time.perf_counter()
     owners = [chat.s.owner] + [d.owner for d in chat.docs]
-    hits = []
+    hits: list[Hit] = []
     if first > 1 or chat.docs:
         mode = chat.lib.settings.recall
-        hits = strong(chat.recall.search(owners, query_of(text), mode=mode, limit=32))
-    chosen: list[tuple[str, int, int]] = []  # (owner, idx, tokens)
-    spent = 0
-    for h in hits:
+        hits = chat.recall.search(owners, query_of(text), mode=mode, limit=32)
+
+    def size(h: Hit, chosen: list[Hit]) -> int | None:
         if h.owner == chat.s.owner:
-            if not 0 < h.chunk < first:
-                continue
-            n = len(chat.chunks[h.chunk].tokens)
-        else:
-            n = chat.lib.disk.meta(f"{h.owner}:{h.chunk}").n_tokens
-            if not any(o == h.owner for o, _, _ in chosen):
-                n += sum(len(t) for t in frames[h.owner])
-        if spent + n <= budget:
-            chosen.append((h.owner, h.chunk, n))
-            spent += n
-        if len(chosen) >= MAX_RECALLED:
-            break
+            return len(chat.chunks[h.chunk].tokens) if 0 < h.chunk < first else None
+        n = chat.lib.disk.meta(f"{h.owner}:{h.chunk}").n_tokens
+        if all(c.owner != h.owner for c in chosen):  # a document's first excerpt: its frame
+            n += sum(len(t) for t in frames[h.owner])
+        return n
+
+    chosen = [(h.owner, h.chunk) for h in pick(hits, size, budget)]
     seconds = time.perf_counter() - t0
     rank = {d.owner: i for i, d in enumerate(chat.docs)}
-    doc_hits = sorted((rank[o], i) for o, i, _ in chosen if o != chat.s.owner)
-    mine = sorted(i for o, i, _ in chosen if o == chat.s.owner)
+    doc_hits = sorted((rank[o], i) for o, i in chosen if o != chat.s.owner)
+    mine = sorted(i for o, i in chosen if o == chat.s.owner)
     pages = [system]
     labels: dict[str, str] = {}
     for r, doc in enumerate(chat.docs):

@@ -1,0 +1,374 @@
+"""Completions for API clients that resend the whole conversation on every request.
+
+Each request is rendered into content-addressed blocks (render.py). Blocks the window already
+holds stay (window hits), blocks the RAM or disk tier holds are restored at their new positions,
+and only the rest — new blocks and the open end of the prompt — is decoded: across requests,
+across conversations (a shared system prompt) and across restarts, since the blocks live in the
+chunk store. A conversation longer than the window is laid out the way `cascade chat` lays out a
+session (session/plan.py): the system prompt, the strongest recalled older turns in a kept share
+of the window, then the newest turns; older blocks never seen before are paged through first so
+that they are stored and indexed. After the reply, the finished turn is stored as the next
+request will render it (the reply's text re-tokenized), so the follow-up finds all of it.
+
+Not thread-safe: one llama.cpp context, one window. The server runs every request on one thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from cascade_cli.engine import Context, Sampler, SamplerSettings
+from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.errors import ContextFullError, InputError
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.window import WINDOW_SEQ
+from cascade_cli.prompts import catalog
+from cascade_cli.prompts.render import Block, address, chain, cut, segments
+from cascade_cli.prompts.stops import StopScanner
+from cascade_cli.prompts.types import Message, Params, Reply, Result
+from cascade_cli.session.chat import DEFAULTS
+from cascade_cli.session.pages import Page, Pages, Placed
+from cascade_cli.session.plan import RECALL_SHARE, fit_recent, pick, query_of
+from cascade_cli.session.template import template
+from cascade_cli.store import ChunkMeta
+
+#: Tokens kept free for a reply when the request names no max_tokens.
+DEFAULT_REPLY = 512
+
+
+class _Run:
+    """One request's bookkeeping."""
+
+    def __init__(self, params: Params) -> None:
+        self.t0 = time.perf_counter()
+        self.params = params
+        self.result = Result()
+        self.decoded = 0  # prompt tokens decoded (recomputed blocks and the tail)
+        self.prompt_tokens = 0
+        self.recalled: list[str] = []
+
+
+class PromptService:
+    """Serves chat and text completions from one context, reusing stored prompt blocks."""
+
+    def __init__(
+        self, ctx: Context, lib: Library, *, window: int | None = None, system: str | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.lib = lib
+        self.model = ctx.model
+        self.tpl = template(ctx.model)
+        self.window = window or lib.settings.gpu_cache_size
+        self.system = system or str(DEFAULTS["system"])
+        self.pages = Pages(ctx, lib, self.window)
+        self.fingerprint = self.pages.fingerprint
+        self.block = max(16, min(lib.settings.block_size, int(self.window * RECALL_SHARE)))
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def chat(self, messages: list[Message], params: Params) -> Reply:
+        """Lay out and decode the conversation's prompt; the reply streams from the result."""
+        run = _Run(params)
+        finished, open_turn, question = segments(self.tpl, messages, self.system)
+        blocks, tail = chain(
+            self.fingerprint, finished, open_turn, self.block, self.model.detokenize
+        )
+        reserve = self._reserve(params) + len(self.tpl.close())
+        system = len(blocks[0].tokens)
+        if system + self.block + reserve > self.window:
+            raise ContextFullError(
+                f"the system prompt ({system} tokens) leaves no room for a message and a reply "
+                f"in the {self.window}-token window",
+                "Shorten the system prompt or lower max_tokens.",
+            )
+        pages = self._pages(blocks)
+        run.prompt_tokens = sum(p.n for p in pages) + len(tail)
+        if run.prompt_tokens + reserve <= self.window:
+            self._apply(run, pages, len(tail) + reserve)
+        else:
+            self._long(run, blocks, pages, len(tail), reserve, question)
+        save = open_turn == self.tpl.user(question) if question else False
+        return self._reply(run, tail, blocks, open_turn if save else None, question)
+
+    def complete(self, prompt: str, params: Params) -> Reply:
+        """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
+        server does). Its full blocks are stored and reused; it must fit the window."""
+        run = _Run(params)
+        tokens = self.model.tokenize(prompt, add_special=True, parse_special=True)
+        if not tokens:
+            raise InputError("the prompt is empty", "Send a non-empty prompt.")
+        reserve = self._reserve(params)
+        if len(tokens) + reserve > self.window:
+            raise ContextFullError(
+                f"the prompt is {len(tokens)} tokens; with {reserve} for the reply it does not fit "
+                f"the {self.window}-token window",
+                "Shorten the prompt or lower max_tokens (chat completions page long "
+                "conversations).",
+            )
+        pieces = cut(tokens, self.block)
+        tail = pieces.pop()
+        blocks: list[Block] = []
+        parent = "raw"
+        for piece in pieces:
+            parent = address(self.fingerprint, parent, piece)
+            blocks.append(Block(parent, piece, "", 1))
+        pages = self._pages(blocks, root=blocks[0].hash if blocks else "")
+        run.prompt_tokens = len(tokens)
+        self._apply(run, pages, len(tail) + reserve)
+        return self._reply(run, tail, blocks, None, "")
+
+    # ---- layout ----------------------------------------------------------------------------
+
+    def _reserve(self, params: Params) -> int:
+        wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
+        return max(1, min(wanted, self.window // 4))
+
+    def _pages(self, blocks: list[Block], root: str | None = None) -> list[Page]:
+        """Pages for the blocks, numbering blocks seen for the first time in their owner."""
+        if not blocks:
+            return []
+        if root is None:  # a chat: the system prompt is its own root, the rest the first turn's
+            root = blocks[1].hash if len(blocks) > 1 else blocks[0].hash
+        owners = [catalog.owner_for(b.hash if b.turn == 0 and root != "" else root) for b in blocks]
+        with self.lib.disk.transaction() as conn:
+            rows = catalog.lookup(conn, [b.hash for b in blocks])
+            new = [
+                (b.hash, o, b.tokens)
+                for b, o in zip(blocks, owners, strict=True)
+                if b.hash not in rows
+            ]
+            rows.update(catalog.add(conn, new))
+            catalog.touch(conn, [b.hash for b in blocks])
+        self._rows = rows
+        scheme = self.lib.settings.compression
+        pages = []
+        for b in blocks:
+            r = rows[b.hash]
+            meta = ChunkMeta(
+                key=r.key, owner=r.owner, index=r.idx, start=0, end=len(b.tokens),
+                tokens=np.asarray(b.tokens, dtype=np.int32), scheme=scheme,
+            )  # fmt: skip
+            pages.append(Page(r.key, b.tokens, meta))
+        return pages
+
+    def _apply(self, run: _Run, target: list[Page], room: int) -> Placed:
+        placed = self.pages.apply(target, room=room)
+        run.decoded += placed.recomputed_tokens
+        return placed
+
+    def _index(self, blocks: list[Block]) -> None:
+        """Index blocks of finished turns for recall (once per block)."""
+        todo = [b for b in blocks if b.turn and b.text and not self._rows[b.hash].indexed]
+        for b in todo:
+            r = self._rows[b.hash]
+            self.lib.recall.index(r.owner, r.idx, b.text)
+        if todo:
+            with self.lib.disk.transaction() as conn:
+                catalog.mark_indexed(conn, [b.hash for b in todo])
+
+    def _long(
+        self,
+        run: _Run,
+        blocks: list[Block],
+        pages: list[Page],
+        need: int,
+        reserve: int,
+        question: str,
+    ) -> None:
+        """A conversation longer than the window: page older blocks through (storing them),
+        recall the strongest of them, keep the newest."""
+        system, rest = pages[0], pages[1:]
+        budget = int(self.window * RECALL_SHARE)
+        room = self.window - system.n - need - reserve - budget
+        n_recent = fit_recent([p.n for p in rest], room)
+        older, recent = rest[: len(rest) - n_recent], rest[len(rest) - n_recent :]
+        for i, p in enumerate(older):  # never seen (or evicted): decode it in a sliding window
+            if not self.pages.stored(p):
+                n = fit_recent([q.n for q in older[:i]], self.window - system.n - p.n)
+                self._apply(run, [system, *older[i - n : i], p], 0)
+        owner = older[0].meta.owner if older and older[0].meta else ""
+        self._index(blocks[1 : 1 + len(older)])
+        by_key = {p.key: i for i, p in enumerate(older)}
+        t0 = time.perf_counter()
+        hits = self.lib.recall.search(
+            [owner],
+            query_of(question),
+            mode=self.lib.settings.recall,
+            limit=32,
+        )
+        chosen = pick(
+            hits,
+            lambda h, _: (
+                older[by_key[f"{h.owner}:{h.chunk}"]].n
+                if f"{h.owner}:{h.chunk}" in by_key
+                else None
+            ),
+            budget,
+        )
+        run.result.recall_s = time.perf_counter() - t0
+        keep = sorted(by_key[f"{h.owner}:{h.chunk}"] for h in chosen)
+        run.recalled = [older[i].key for i in keep]
+        self._apply(run, [system, *(older[i] for i in keep), *recent], need + reserve)
+
+    # ---- the reply ---------------------------------------------------------------------------
+
+    def _reply(
+        self,
+        run: _Run,
+        tail: list[int],
+        blocks: list[Block],
+        turn: list[int] | None,
+        question: str,
+    ) -> Reply:
+        """Decode the tail, then stream; the finished turn is stored when `turn` is given."""
+        win = self.pages.win
+        start = win.end
+        try:
+            win.append(tail, logits="last")
+        except BaseException:
+            self._truncate(start)
+            raise
+        run.decoded += len(tail)
+        timings = run.result.timings
+        timings.prompt_n = run.decoded
+        timings.cache_n = run.prompt_tokens - run.decoded
+        timings.prompt_ms = (time.perf_counter() - run.t0) * 1000
+        run.result.recalled = run.recalled
+        cancel = threading.Event()
+        return Reply(self._stream(run, start, tail, blocks, turn, cancel), run.result, cancel)
+
+    def _stream(
+        self,
+        run: _Run,
+        start: int,
+        tail: list[int],
+        blocks: list[Block],
+        turn: list[int] | None,
+        cancel: threading.Event,
+    ) -> Iterator[str]:
+        p = run.params
+        close = len(self.tpl.close()) if turn is not None else 0
+        reply_at = start + len(tail)
+        free = self.window - self.pages.used - len(tail)
+        limit = min(self.pages.win.limit, reply_at + free) - close - 8
+        gen = Generation(pos=reply_at)
+        sampler = Sampler(
+            SamplerSettings(
+                temperature=p.temperature, top_k=0, top_p=p.top_p, repeat_penalty=1.0,
+                seed=0xFFFFFFFF if p.seed is None else p.seed & 0xFFFFFFFF,
+            )
+        )  # fmt: skip
+        scan = StopScanner(p.stop)
+        out: list[str] = []
+        t_first = 0.0
+        cut_short = False
+        budget = p.max_tokens if p.max_tokens is not None else self.window
+        try:
+            for piece in generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit):
+                if not t_first:
+                    t_first = time.perf_counter()
+                    run.result.ttft_s = t_first - run.t0
+                text = scan.push(piece)
+                if text:
+                    out.append(text)
+                    yield text
+                if scan.stopped or cancel.is_set():
+                    cut_short = not scan.stopped
+                    break
+            else:
+                text = scan.flush()
+                if text:
+                    out.append(text)
+                    yield text
+        except GeneratorExit:
+            cut_short = True  # the client went away
+            raise
+        finally:
+            sampler.close()
+            end = time.perf_counter()
+            t = run.result.timings
+            t.predicted_n = len(gen.tokens)
+            t.predicted_ms = (end - t_first) * 1000 if t_first else 0.0
+            stopped = scan.stopped or gen.stopped_by == "eog"
+            run.result.finish_reason = "stop" if stopped or cut_short else "length"
+            decoded = gen.tokens[: gen.pos - reply_at]
+            if turn is not None and not cut_short:
+                self._keep_turn(blocks, turn, start, reply_at, decoded, "".join(out))
+            else:
+                self._truncate(self.pages_end())
+            self._count(run)
+
+    # ---- after the reply ---------------------------------------------------------------------
+
+    def pages_end(self) -> int:
+        return max((self.pages.at[p.key] + p.n for p in self.pages.layout), default=0)
+
+    def _truncate(self, end: int) -> None:
+        self.ctx.seq_rm(WINDOW_SEQ, end, -1)
+        self.pages.win.end = end
+
+    def _keep_turn(
+        self,
+        blocks: list[Block],
+        turn: list[int],
+        start: int,
+        reply_at: int,
+        decoded: list[int],
+        text: str,
+    ) -> None:
+        """Make the window hold the turn as the next request renders it, and store its blocks:
+        the reply re-tokenized from the text the client got (tokens past the first difference
+        are decoded again), then the template's closing tokens."""
+        canon = self.tpl.plain(text)
+        same = 0
+        while same < min(len(canon), len(decoded)) and canon[same] == decoded[same]:
+            same += 1
+        self._truncate(reply_at + same)
+        close = self.tpl.close()
+        try:
+            self.pages.win.append(canon[same:] + close)
+        except ContextFullError:
+            self._truncate(self.pages_end())
+            return
+        tokens = turn + canon + close
+        pieces = cut(tokens, self.block)
+        stored = len(cut(turn, self.block)) - 1  # the open turn's full blocks are pages already
+        parent = blocks[-1].hash if blocks else ""
+        at = start
+        new: list[Block] = []
+        for i, piece in enumerate(pieces):
+            if i < stored:
+                continue
+            parent = address(self.fingerprint, parent, piece)
+            words = self.model.detokenize(piece) if len(pieces) > 1 else self._words(turn, text)
+            new.append(Block(parent, piece, words, len(blocks) + 1))
+        root = blocks[1].hash if len(blocks) > 1 else new[0].hash
+        pages = self._pages(new, root=root)
+        for page in pages:
+            self.pages.append(page, at)
+            at += page.n
+        self._index(new)
+
+    def _words(self, turn: list[int], reply: str) -> str:
+        opening = len(self.tpl.special(self.tpl.user_open))
+        closing = len(self.tpl.special(self.tpl.user_close + self.tpl.header))
+        asked = self.model.detokenize(turn[opening : len(turn) - closing])
+        return f"User: {asked}\nAssistant: {reply}"
+
+    def _count(self, run: _Run) -> None:
+        t = run.result.timings
+        stats = self.lib.disk.stats
+        stats.add("server", "requests")
+        stats.add("server", "cached_tokens", t.cache_n)
+        stats.add("server", "prompt_tokens", t.prompt_n)
+        stats.add("server", "generated_tokens", t.predicted_n)
+        if run.result.ttft_s:
+            stats.observe("server_ttft", run.result.ttft_s)
+
+    def close(self) -> None:
+        self.lib.pager.flush()
+        self.lib.recall.flush()
