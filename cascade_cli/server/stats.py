@@ -24,20 +24,18 @@ TTFT_OP = "server_ttft"
 
 
 def recorder(disk: DiskStore) -> Callable[[Result | None, bool], None]:
-    """The worker's hook: count one finished request and merge the counters into the index."""
+    """The worker's hook after every request: count a failure and merge the counters into the
+    index, so a running server's figures show in `cascade stats`.
+
+    The prompt service counts each reply it streams (requests, cached/decoded prompt tokens,
+    generated tokens, the ``server_ttft`` histogram); a request that failed before it had a
+    reply (bad input, a prompt that does not fit) is counted here."""
 
     def record(result: Result | None, failed: bool) -> None:
-        stats = disk.stats
-        stats.add(SECTION, "requests")
         if failed:
-            stats.add(SECTION, "errors")
-        if result is not None:
-            t = result.timings
-            stats.add(SECTION, "cached_tokens", t.cache_n)
-            stats.add(SECTION, "prompt_tokens", t.prompt_n)
-            stats.add(SECTION, "generated_tokens", t.predicted_n)
-            if not failed and result.ttft_s > 0:
-                stats.observe(TTFT_OP, result.ttft_s)
+            if result is None:
+                disk.stats.add(SECTION, "requests")
+            disk.stats.add(SECTION, "errors")
         try:
             disk.flush()
         except Exception as exc:  # stats must never fail a request
