@@ -79,7 +79,7 @@ def _library(cfg: Settings, ctx: Context) -> Library:
         return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
 
 
-def _open_backend(cfg: Settings, stack: ExitStack) -> Any:
+def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
     """Model, context, store and prompt service, opened on the worker thread that uses them."""
     from cascade_cli.prompts.service import PromptService
     from cascade_cli.server import Backend
@@ -88,7 +88,7 @@ def _open_backend(cfg: Settings, stack: ExitStack) -> Any:
     model = stack.enter_context(open_model(cfg))
     ctx = stack.enter_context(open_context(cfg, model, extra_tokens=EXTRA_TOKENS))
     lib = stack.enter_context(_library(cfg, ctx))
-    service = PromptService(ctx, lib, window=cfg.gpu_cache_size)
+    service = PromptService(ctx, lib, window=cfg.gpu_cache_size, system=system)
     stack.callback(service.close)
     return Backend(service, recorder(lib.disk))
 
@@ -131,6 +131,14 @@ def serve(
         str | None,
         typer.Option("--api-key", help="Require `Authorization: Bearer KEY` on /v1 requests."),
     ] = None,
+    system: Annotated[
+        str | None,
+        typer.Option(
+            "--system",
+            help="System prompt for requests that send none (default: You are a helpful "
+            "assistant.).",
+        ),
+    ] = None,
     model: opt.Model = None,
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
@@ -144,11 +152,11 @@ def serve(
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
 ) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions,
-    /v1/completions, /v1/models, /health) whose prompt cache lives in the store.
+    """Serve the model over an OpenAI-compatible HTTP API whose prompt cache lives in the store.
 
-    Requests are answered one at a time, in arrival order. Ctrl-C (or SIGTERM) stops the
-    server and flushes the store."""
+    Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health.
+
+    Requests are answered one at a time, in arrival order; Ctrl-C or SIGTERM stops it."""
     cfg = settings(
         opt.flags(
             model=model,
@@ -174,7 +182,7 @@ def serve(
     _logging()
     signal.signal(signal.SIGTERM, _interrupt)  # while loading: stop like Ctrl-C
     sock = _bind(host, port)
-    worker = Worker(lambda stack: _open_backend(cfg, stack))
+    worker = Worker(lambda stack: _open_backend(cfg, system, stack))
     try:
         if not _is_loopback(sock) and api_key is None:
             err.print(

@@ -14,6 +14,8 @@ import pytest
 from tests.server.helpers import KEY, MODEL, Server, assert_error, make_home
 
 CHAT = "/v1/chat/completions"
+#: The server's --system (much longer than the built-in default).
+SYSTEM = "Answer every question in one single word and nothing else, whatever is asked."
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +23,7 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, model_path: Path, embed_model_path: Path
 ) -> Iterator[Server]:
     home = make_home(tmp_path_factory.mktemp("serve-requests"), model_path, embed_model_path)
-    srv = Server(home, "--api-key", KEY)
+    srv = Server(home, "--api-key", KEY, "--system", SYSTEM)
     try:
         yield srv
     finally:
@@ -173,3 +175,17 @@ def test_a_prompt_longer_than_the_window_is_400_context_length_exceeded(server: 
     error = assert_error(response, 400, code="context_length_exceeded")
     assert error["type"] == "invalid_request_error"
     assert server.health()["status"] == "ok"
+
+
+def test_the_system_flag_is_the_default_system_prompt(server: Server) -> None:
+    def prompt_tokens(*system: str) -> int:
+        lead = [{"role": "system", "content": s} for s in system]
+        body = chat(messages=[*lead, {"role": "user", "content": "Say yes."}], max_tokens=1)
+        response = server.post(CHAT, body)
+        assert response.status_code == 200, response.text
+        n: int = response.json()["usage"]["prompt_tokens"]
+        return n
+
+    default = prompt_tokens()
+    assert default == prompt_tokens(SYSTEM)
+    assert default != prompt_tokens("You are a helpful assistant who answers in long sentences.")
