@@ -22,7 +22,7 @@ from cascade_cli.engine import Context
 from cascade_cli.errors import ConfigError, StoreLockedError
 from cascade_cli.paging.library import Library
 
-#: Seconds a shutdown waits for open responses before cancelling them.
+#: Seconds a shutdown waits for open responses (stopped at their next token) to end.
 GRACE_S = 3
 #: Room past the window for the service's scratch work (as `chat` has).
 EXTRA_TOKENS = 256
@@ -198,7 +198,14 @@ def serve(
             timeout_graceful_shutdown=GRACE_S,
             lifespan="off",
         )
-        server = uvicorn.Server(config)
+        api = app.state.api
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                api.stop_all()  # open replies end now, normally, within the grace period
+                await super().shutdown(sockets)
+
+        server = Server(config)
         url = _url(sock)
         ready = (
             f"cascade serve: {url}/v1 · model {cfg.model} · window {cfg.gpu_cache_size} "

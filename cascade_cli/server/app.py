@@ -17,7 +17,7 @@ from cascade_cli.prompts.types import Result
 from cascade_cli.server import validate
 from cascade_cli.server.errors import ApiError, from_cascade, internal
 from cascade_cli.server.responses import Shape, now, sse
-from cascade_cli.server.worker import Engine, Event, Job, Worker
+from cascade_cli.server.worker import Cancelled, Engine, Job, Worker
 
 log = logging.getLogger("cascade.serve")
 
@@ -25,14 +25,14 @@ log = logging.getLogger("cascade.serve")
 POLL_S = 0.25
 
 
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready."""
-
-
 def _error_of(exc: BaseException) -> ApiError:
     """An engine-side exception as the error the client gets (internals only in the log)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, Cancelled):
+        return ApiError(
+            503, "The server is stopping; retry later.", type="server_error", code="unavailable"
+        )
     if isinstance(exc, CascadeError):
         return from_cascade(exc)
     log.error("internal error: %s: %s", type(exc).__name__, exc)
@@ -46,6 +46,13 @@ class Api:
         self.worker = worker
         self.model = model
         self.api_key = api_key
+        self.jobs: set[Job] = set()
+
+    def stop_all(self) -> None:
+        """End every open request (the server is stopping): queued ones are dropped, running
+        ones stop at the next token and finish their response normally."""
+        for job in list(self.jobs):
+            job.cancel()
 
     def check_key(self, request: Request) -> None:
         """401 unless the request carries ``Authorization: Bearer KEY`` (when a key is set)."""
@@ -81,42 +88,46 @@ class Api:
             return engine.complete(prompt, params)
 
         job = Job(run, asyncio.get_running_loop())
+        self.jobs.add(job)
         self.worker.submit(job)
         shape = Shape(chat, self.model)
+        watcher = asyncio.create_task(self._watch(request, job))
+        streaming = False
         try:
-            kind, value = await self._next(job, request)
+            kind, value = await job.events.get()
+            if kind == "error":
+                raise _error_of(value)
+            if req.stream:
+                streaming = True
+                return StreamingResponse(
+                    self._stream(job, shape, req.include_usage),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                )
+            text, result = await self._collect(job)
+            return JSONResponse(shape.whole(text, result))
         except BaseException:
             job.cancel()
             raise
-        if kind == "error":
-            raise _error_of(value)
-        if req.stream:
-            return StreamingResponse(
-                self._stream(job, shape, req.include_usage),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        try:
-            text, result = await self._collect(job, request)
-        except BaseException:
-            job.cancel()
-            raise
-        return JSONResponse(shape.whole(text, result))
+        finally:
+            watcher.cancel()
+            if not streaming:
+                self.jobs.discard(job)
 
-    async def _next(self, job: Job, request: Request) -> Event:
-        """The job's next event; a client that went away cancels the job."""
-        while True:
-            try:
-                return await asyncio.wait_for(job.events.get(), POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel()
-                    raise ClientGone from None
+    @staticmethod
+    async def _watch(request: Request, job: Job) -> None:
+        """Cancel the job when its client disconnects (until the response starts; a stream
+        then watches its connection itself)."""
+        while not job.cancelled.is_set():
+            await asyncio.sleep(POLL_S)
+            if await request.is_disconnected():
+                job.cancel()
+                return
 
-    async def _collect(self, job: Job, request: Request) -> tuple[str, Result]:
+    async def _collect(self, job: Job) -> tuple[str, Result]:
         pieces: list[str] = []
         while True:
-            kind, value = await self._next(job, request)
+            kind, value = await job.events.get()
             if kind == "piece":
                 pieces.append(value)
             elif kind == "done":
@@ -149,6 +160,7 @@ class Api:
                     yield sse(_error_of(value).body())
                     return
         finally:
+            self.jobs.discard(job)
             if not finished:
                 job.cancel()
 
@@ -163,8 +175,6 @@ def guard(
             return await handler(request)
         except ApiError as exc:
             return exc.response()
-        except ClientGone:
-            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
         except Exception as exc:
             log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
             return internal().response()
@@ -176,6 +186,7 @@ def create_app(worker: Worker, model: str, api_key: str | None = None) -> FastAP
     """The ASGI app serving ``model`` through ``worker`` (started by the caller)."""
     api = Api(worker, model, api_key)
     app = FastAPI(title="cascade", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.api = api
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

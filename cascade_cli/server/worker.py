@@ -42,12 +42,16 @@ class Backend:
     record: Callable[[Result | None, bool], None] = lambda result, failed: None
 
 
+class Cancelled(Exception):
+    """The job was dropped before it ran (its client left, or the server is stopping)."""
+
+
 #: Events a job sends its endpoint: ("started", None) once the prompt is decoded,
 #: ("piece", str) per text piece, then ("done", Result) or ("error", Exception).
 Event = tuple[str, Any]
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the app keeps a set of open jobs
 class Job:
     """One request waiting for, or running on, the worker."""
 
@@ -113,7 +117,7 @@ class Worker:
                 break
             if job is not None:
                 job.cancel()
-                job.post("error", RuntimeError("the server is shutting down"))
+                job.post("error", Cancelled("the server is stopping"))
         self._jobs.put(None)
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -148,8 +152,9 @@ class Worker:
             log.warning("could not record a request: %s", exc)
 
     def _run(self, backend: Backend, job: Job) -> None:
-        if job.cancelled.is_set():
-            return  # the client went away while queued
+        if job.cancelled.is_set():  # the client went away while queued, or the server stops
+            job.post("error", Cancelled("the request was cancelled before it ran"))
+            return
         try:
             reply = job.run(backend.engine)
         except Exception as exc:

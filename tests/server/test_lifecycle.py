@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli
-from tests.server.helpers import MODEL, SMALL, Server, make_home
+from tests.server.helpers import MODEL, SMALL, Server, assert_error, events, make_home
 
 #: A conversation long enough to span several stored blocks of 128 tokens.
 HISTORY = [
@@ -31,6 +34,34 @@ HISTORY = [
     {"role": "assistant", "content": "That sounds like a busy and pleasant week."},
     {"role": "user", "content": "What did I do on Wednesday?"},
 ]
+
+
+def _stop_while_busy(server: Server) -> tuple[httpx.Response, httpx.Response]:
+    """Open a long stream and queue a request behind it, then send SIGINT; both responses."""
+    got: dict[str, httpx.Response] = {}
+    long = {"model": MODEL, "prompt": "1, 2, 3,", "max_tokens": 900, "stream": True}
+
+    def call(name: str, body: dict[str, object]) -> None:
+        got[name] = server.post("/v1/completions", body, key=None)
+
+    threads = [threading.Thread(target=call, args=("streamed", long))]
+    threads[0].start()
+    deadline = time.monotonic() + 30
+    while not server.health()["busy"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    short = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
+    threads.append(threading.Thread(target=call, args=("queued", short)))
+    threads[1].start()
+    while server.health()["queued"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGINT)
+    for t in threads:
+        t.join(30)
+    assert time.monotonic() - started < 3  # well within the 3 s grace: nothing was cut off
+    return got["streamed"], got["queued"]
 
 
 @pytest.fixture()
@@ -84,8 +115,15 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
         assert warm["usage"]["prompt_tokens"] == cold["prompt_tokens"]
         assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, warm
         assert warm["timings"]["prompt_n"] < cold["prompt_tokens"]
+        streamed, queued = _stop_while_busy(second)
     finally:
         assert second.stop(signal.SIGINT) == 0, second.stderr()
+    # the open stream was ended at its next token and finished normally; the queued request
+    # was told the server is stopping
+    assert streamed.status_code == 200 and events(streamed)[-1] == "[DONE]"
+    assert events(streamed)[-2]["choices"][0]["finish_reason"] == "stop"
+    assert_error(queued, 503)
     assert "Traceback" not in second.stderr()
     stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]
-    assert stats["requests"] == 2 and stats["cached_tokens"] > 0
+    # the cold and warm requests and the stopped stream; the dropped queued one never ran
+    assert stats["requests"] == 3 and stats["cached_tokens"] > 0
