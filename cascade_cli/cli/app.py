@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cascade_cli import __version__
-from cascade_cli.cli import ask, chat, docs, ingest, models, stats, verify
+from cascade_cli.cli import ask, chat, docs, ingest, models, serve, stats, verify
 from cascade_cli.cli.state import STATE, err
 from cascade_cli.errors import CascadeError
 
@@ -24,6 +24,7 @@ app = typer.Typer(
 app.command("ingest")(ingest.ingest_cmd)
 app.command("ask")(ask.ask_cmd)
 app.command("chat")(chat.chat)
+app.command("serve")(serve.serve)
 app.command("docs")(docs.docs)
 app.command("sessions")(docs.sessions_cmd)
 app.command("rm")(docs.rm)

@@ -12,6 +12,7 @@ from cascade_cli.cli import options as opt
 from cascade_cli.cli.state import out, settings
 from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
+from cascade_cli.server import stats as server_stats
 from cascade_cli.session import manage
 from cascade_cli.store import DiskStore, snapshot
 from cascade_cli.store.stats import LATENCY_OPS, TIERS, empty_histogram
@@ -31,6 +32,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
             "documents": [],
             "sessions": [],
+            "server": server_stats.section({}),
         }
     with store:
         snap = snapshot(store)
@@ -53,6 +55,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             {k: r[k] for k in ("name", "turns", "tokens", "chunks", "bytes", "compression")}
             for r in manage.rows(store)
         ]
+    snap["server"] = server_stats.section(snap["tiers"])
     snap["store"] = str(cfg.disk_cache_path)
     snap["documents"] = docs
     snap["sessions"] = chats
@@ -122,3 +125,4 @@ def stats(
             c["compression"],
         )  # fmt: skip
     out.print(chats)
+    out.print(server_stats.summary(data))

@@ -1,0 +1,213 @@
+"""`cascade serve`: the OpenAI-compatible HTTP server (see cascade_cli/server)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+from contextlib import ExitStack
+from typing import Annotated, Any
+
+import typer
+
+from cascade_cli.cli import options as opt
+from cascade_cli.cli.runtime import embed_path, open_context, open_model
+from cascade_cli.cli.state import STATE, err, settings
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context
+from cascade_cli.errors import ConfigError, StoreLockedError
+from cascade_cli.paging.library import Library
+
+#: Seconds a shutdown waits for open responses before cancelling them.
+GRACE_S = 3
+#: Room past the window for the service's scratch work (as `chat` has).
+EXTRA_TOKENS = 256
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (uvicorn listens on it), or a one-line error."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(
+            f"--host {host!r} is not an address of this machine ({exc})",
+            "Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or a local address.",
+        ) from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {port} on {host} is already in use",
+                "Stop what listens there, or pick another with --port (0 = any free port).",
+            ) from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc})",
+            "Use another --host or --port (ports below 1024 need privileges).",
+        ) from None
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def _is_loopback(sock: socket.socket) -> bool:
+    return ipaddress.ip_address(sock.getsockname()[0]).is_loopback
+
+
+def _library(cfg: Settings, ctx: Context) -> Library:
+    """The store for writing (as `chat` opens it); beside another writer, shared."""
+    path = embed_path(cfg)
+    try:
+        return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
+    except StoreLockedError:
+        err.print(
+            "[dim](the store is being written by another process: the server reuses what is "
+            "stored but saves no new KV)[/dim]"
+        )
+        return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
+
+
+def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
+    """Model, context, store and prompt service, opened on the worker thread that uses them."""
+    from cascade_cli.prompts.service import PromptService
+    from cascade_cli.server import Backend
+    from cascade_cli.server.stats import recorder
+
+    model = stack.enter_context(open_model(cfg))
+    ctx = stack.enter_context(open_context(cfg, model, extra_tokens=EXTRA_TOKENS))
+    lib = stack.enter_context(_library(cfg, ctx))
+    service = PromptService(ctx, lib, window=cfg.gpu_cache_size, system=system)
+    stack.callback(service.close)
+    return Backend(service, recorder(lib.disk))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """After uvicorn's graceful stop it re-raises the signal it caught: already handled."""
+
+
+def _logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s cascade serve: %(message)s", "%H:%M:%S"))
+    log = logging.getLogger("cascade.serve")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+async def _run(server: Any, sock: socket.socket, ready: str) -> None:
+    """Serve until a signal; print `ready` once the socket accepts connections."""
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        print(ready, flush=True)
+    await task
+
+
+def serve(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on (0 = any free port).", min=0, max=65535)
+    ] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", help="Require `Authorization: Bearer KEY` on /v1 requests."),
+    ] = None,
+    system: Annotated[
+        str | None,
+        typer.Option(
+            "--system",
+            help="System prompt for requests that send none (default: You are a helpful "
+            "assistant.).",
+        ),
+    ] = None,
+    model: opt.Model = None,
+    gpu_layers: opt.GpuLayers = None,
+    threads: opt.Threads = None,
+    gpu_cache_size: opt.GpuCacheSize = None,
+    memory_cache_size: opt.MemoryCacheSize = None,
+    disk_cache_path: opt.DiskCachePath = None,
+    disk_cache_budget: opt.DiskCacheBudget = None,
+    block_size: opt.BlockSize = None,
+    compression: opt.Compression = None,
+    flash_attn: opt.FlashAttn = None,
+    recall: opt.RecallMode = None,
+    embed_model: opt.EmbedModel = None,
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API whose prompt cache lives in the store.
+
+    Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health.
+
+    Requests are answered one at a time, in arrival order; Ctrl-C or SIGTERM stops it."""
+    cfg = settings(
+        opt.flags(
+            model=model,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            gpu_cache_size=gpu_cache_size,
+            memory_cache_size=memory_cache_size,
+            disk_cache_path=disk_cache_path,
+            disk_cache_budget=disk_cache_budget,
+            block_size=block_size,
+            compression=compression,
+            flash_attn=flash_attn,
+            recall=recall,
+            embed_model=embed_model,
+        )
+    )
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty", "Give a key, or leave the flag out.")
+    import uvicorn
+
+    from cascade_cli.server import Worker, create_app
+
+    _logging()
+    signal.signal(signal.SIGTERM, _interrupt)  # while loading: stop like Ctrl-C
+    sock = _bind(host, port)
+    worker = Worker(lambda stack: _open_backend(cfg, system, stack))
+    try:
+        if not _is_loopback(sock) and api_key is None:
+            err.print(
+                f"[yellow]warning:[/yellow] listening on {host} without --api-key: anyone who "
+                "can reach this port can use the model."
+            )
+        worker.start()
+        app = create_app(worker, cfg.model, api_key)
+        config = uvicorn.Config(
+            app,
+            log_level="info" if STATE.debug else "warning",
+            access_log=STATE.debug,
+            timeout_graceful_shutdown=GRACE_S,
+            lifespan="off",
+        )
+        server = uvicorn.Server(config)
+        url = _url(sock)
+        ready = (
+            f"cascade serve: {url}/v1 · model {cfg.model} · window {cfg.gpu_cache_size} "
+            "(Ctrl-C stops)"
+        )
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _ignore)  # uvicorn handles both while it serves
+        asyncio.run(_run(server, sock, ready))
+    finally:
+        sock.close()
+        worker.stop()
+    err.print("[dim](server stopped; store flushed)[/dim]")

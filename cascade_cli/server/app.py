@@ -1,0 +1,222 @@
+"""The FastAPI app: routes, API-key check, errors in OpenAI's shape, SSE streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from cascade_cli.errors import CascadeError
+from cascade_cli.prompts.types import Result
+from cascade_cli.server import validate
+from cascade_cli.server.errors import ApiError, from_cascade, internal
+from cascade_cli.server.responses import Shape, now, sse
+from cascade_cli.server.worker import Engine, Event, Job, Worker
+
+log = logging.getLogger("cascade.serve")
+
+#: How often a waiting non-streamed request checks that its client is still there.
+POLL_S = 0.25
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+def _error_of(exc: BaseException) -> ApiError:
+    """An engine-side exception as the error the client gets (internals only in the log)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, CascadeError):
+        return from_cascade(exc)
+    log.error("internal error: %s: %s", type(exc).__name__, exc)
+    return internal()
+
+
+class Api:
+    """Route handlers bound to one worker and one served model."""
+
+    def __init__(self, worker: Worker, model: str, api_key: str | None) -> None:
+        self.worker = worker
+        self.model = model
+        self.api_key = api_key
+
+    def check_key(self, request: Request) -> None:
+        """401 unless the request carries ``Authorization: Bearer KEY`` (when a key is set)."""
+        if self.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), self.api_key.encode()
+        ):
+            raise ApiError(
+                401,
+                "Incorrect or missing API key. Send it as `Authorization: Bearer KEY` (the key "
+                "given to `cascade serve --api-key`).",
+                code="invalid_api_key",
+            )
+
+    def models(self) -> dict[str, Any]:
+        card = {"id": self.model, "object": "model", "created": now(), "owned_by": "cascade"}
+        return {"object": "list", "data": [card]}
+
+    async def completion(self, request: Request, chat: bool) -> Response:
+        body = validate.parse_json(await request.body())
+        if chat:
+            req = validate.chat_request(body, self.model)
+        else:
+            req = validate.completion_request(body, self.model)
+        messages, prompt, params = req.messages, req.prompt or "", req.params
+
+        def run(engine: Engine) -> Any:
+            if chat:
+                return engine.chat(messages, params)
+            return engine.complete(prompt, params)
+
+        job = Job(run, asyncio.get_running_loop())
+        self.worker.submit(job)
+        shape = Shape(chat, self.model)
+        try:
+            kind, value = await self._next(job, request)
+        except BaseException:
+            job.cancel()
+            raise
+        if kind == "error":
+            raise _error_of(value)
+        if req.stream:
+            return StreamingResponse(
+                self._stream(job, shape, req.include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            text, result = await self._collect(job, request)
+        except BaseException:
+            job.cancel()
+            raise
+        return JSONResponse(shape.whole(text, result))
+
+    async def _next(self, job: Job, request: Request) -> Event:
+        """The job's next event; a client that went away cancels the job."""
+        while True:
+            try:
+                return await asyncio.wait_for(job.events.get(), POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel()
+                    raise ClientGone from None
+
+    async def _collect(self, job: Job, request: Request) -> tuple[str, Result]:
+        pieces: list[str] = []
+        while True:
+            kind, value = await self._next(job, request)
+            if kind == "piece":
+                pieces.append(value)
+            elif kind == "done":
+                return "".join(pieces), value
+            else:
+                raise _error_of(value)
+
+    async def _stream(self, job: Job, shape: Shape, include_usage: bool) -> AsyncIterator[bytes]:
+        """SSE events: the role, the text pieces, the finish (with timings), usage if asked,
+        then [DONE]. Leaving early (the client disconnected) stops the generation."""
+        finished = False
+        try:
+            yield sse(shape.chunk("" if shape.chat else None, role=True))
+            while True:
+                kind, value = await job.events.get()
+                if kind == "piece":
+                    yield sse(shape.chunk(value))
+                elif kind == "done":
+                    result: Result = value
+                    last = shape.chunk(None, finish=result.finish_reason)
+                    last["timings"] = shape.usage_chunk(result)["timings"]
+                    yield sse(last)
+                    if include_usage:
+                        yield sse(shape.usage_chunk(result))
+                    yield sse("[DONE]")
+                    finished = True
+                    return
+                else:
+                    finished = True
+                    yield sse(_error_of(value).body())
+                    return
+        finally:
+            if not finished:
+                job.cancel()
+
+
+def guard(
+    handler: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    """Turn ApiError into its response and anything unexpected into a logged 500."""
+
+    async def wrapped(request: Request) -> Any:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return exc.response()
+        except ClientGone:
+            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+        except Exception as exc:
+            log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
+            return internal().response()
+
+    return wrapped
+
+
+def create_app(worker: Worker, model: str, api_key: str | None = None) -> FastAPI:
+    """The ASGI app serving ``model`` through ``worker`` (started by the caller)."""
+    api = Api(worker, model, api_key)
+    app = FastAPI(title="cascade", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else None
+        message = str(exc.detail)
+        if exc.status_code == 404:
+            message = f"Unknown route {request.method} {request.url.path}."
+        elif exc.status_code == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}."
+        kind = "invalid_request_error"
+        return ApiError(exc.status_code, message, type=kind, code=code).response()
+
+    async def health(request: Request) -> Any:
+        if not worker.alive:
+            raise ApiError(503, "The generation thread stopped.", type="server_error")
+        return {"status": "ok", "model": model, "busy": worker.busy, "queued": worker.queued()}
+
+    async def models(request: Request) -> Any:
+        api.check_key(request)
+        return api.models()
+
+    async def model_card(request: Request) -> Any:
+        api.check_key(request)
+        name = request.path_params["name"]
+        if name != model:
+            raise ApiError(
+                404, f"The model `{name}` does not exist.", param="model", code="model_not_found"
+            )
+        return api.models()["data"][0]
+
+    async def chat(request: Request) -> Response:
+        api.check_key(request)
+        return await api.completion(request, chat=True)
+
+    async def completions(request: Request) -> Response:
+        api.check_key(request)
+        return await api.completion(request, chat=False)
+
+    app.add_api_route("/health", guard(health), methods=["GET"])
+    app.add_api_route("/v1/models", guard(models), methods=["GET"])
+    app.add_api_route("/v1/models/{name:path}", guard(model_card), methods=["GET"])
+    app.add_api_route("/v1/chat/completions", guard(chat), methods=["POST"])
+    app.add_api_route("/v1/completions", guard(completions), methods=["POST"])
+    return app

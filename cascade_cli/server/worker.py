@@ -1,0 +1,171 @@
+"""One thread runs every generation, first come first served.
+
+The engine (one llama.cpp context, its window and the store's connection) is not thread-safe,
+so the worker thread opens it, runs each request's prompt decode and generation in turn, and
+closes it. Async endpoints submit a Job and await its events on an asyncio queue that the
+worker feeds with ``loop.call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cascade_cli.prompts.types import Message, Params, Reply, Result
+
+log = logging.getLogger("cascade.serve")
+
+
+class Engine(Protocol):
+    """What the worker needs from the prompt service."""
+
+    def chat(self, messages: list[Message], params: Params) -> Reply: ...
+
+    def complete(self, prompt: str, params: Params) -> Reply: ...
+
+
+@dataclass
+class Backend:
+    """An opened engine and a hook told of every finished request (for the store's stats):
+    ``record(result, error)`` gets the result (None when the request failed before it had one)
+    and whether it failed."""
+
+    engine: Engine
+    record: Callable[[Result | None, bool], None] = lambda result, failed: None
+
+
+#: Events a job sends its endpoint: ("started", None) once the prompt is decoded,
+#: ("piece", str) per text piece, then ("done", Result) or ("error", Exception).
+Event = tuple[str, Any]
+
+
+@dataclass
+class Job:
+    """One request waiting for, or running on, the worker."""
+
+    run: Callable[[Engine], Reply]
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    reply: Reply | None = None
+    queued_at: float = field(default_factory=time.monotonic)
+
+    def post(self, kind: str, value: Any = None) -> None:
+        """Hand an event to the endpoint's event loop (from the worker thread)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the server is shutting down
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+
+    def cancel(self) -> None:
+        """Stop this job: skipped if still queued, generation stopped at the next token if
+        running (from any thread)."""
+        self.cancelled.set()
+        reply = self.reply
+        if reply is not None:
+            reply.cancel.set()
+
+
+class Worker:
+    """The generation thread. ``open_backend(stack)`` runs on it and opens the engine with
+    ``stack`` owning what must be closed (in reverse order) when the worker stops."""
+
+    def __init__(self, open_backend: Callable[[ExitStack], Backend]) -> None:
+        self._open = open_backend
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="cascade-generate", daemon=True)
+        self.busy = False
+
+    def start(self) -> None:
+        """Start the thread and wait until the engine is open; re-raise what opening raised."""
+        self._thread.start()
+        while not self._ready.wait(0.1):
+            if not self._thread.is_alive():
+                break
+        if self._failure is not None:
+            raise self._failure
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self._failure is None
+
+    def queued(self) -> int:
+        """Requests waiting (not counting the one running)."""
+        return self._jobs.qsize()
+
+    def submit(self, job: Job) -> None:
+        self._jobs.put(job)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish the running job, drop queued ones, close the engine."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel()
+                job.post("error", RuntimeError("the server is shutting down"))
+        self._jobs.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            with ExitStack() as stack:
+                backend = self._open(stack)
+                self._ready.set()
+                while (job := self._jobs.get()) is not None:
+                    self.busy = True
+                    try:
+                        self._run(backend, job)
+                    finally:
+                        self.busy = False
+        except BaseException as exc:  # opening (or closing) the engine failed
+            if not self._ready.is_set():
+                self._failure = exc
+            else:
+                log.error("the generation thread stopped: %s: %s", type(exc).__name__, exc)
+                self._failure = exc
+        finally:
+            self._ready.set()
+
+    @staticmethod
+    def _record(backend: Backend, result: Result | None, failed: bool) -> None:
+        try:
+            backend.record(result, failed)
+        except Exception as exc:  # counting must never stop the worker
+            log.warning("could not record a request: %s", exc)
+
+    def _run(self, backend: Backend, job: Job) -> None:
+        if job.cancelled.is_set():
+            return  # the client went away while queued
+        try:
+            reply = job.run(backend.engine)
+        except Exception as exc:
+            self._record(backend, None, True)
+            job.post("error", exc)
+            return
+        job.reply = reply
+        if job.cancelled.is_set():
+            reply.cancel.set()
+        job.post("started")
+        try:
+            for piece in reply:
+                job.post("piece", piece)
+        except Exception as exc:
+            self._record(backend, reply.result, True)
+            job.post("error", exc)
+            return
+        self._record(backend, reply.result, False)
+        job.post("done", reply.result)

@@ -1,0 +1,91 @@
+"""`cascade serve` starting, refusing to start, stopping on a signal, and keeping its prompt
+cache across a restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import assert_one_line_error
+from tests.cli.ingest_helpers import cli
+from tests.server.helpers import MODEL, SMALL, Server, make_home
+
+#: A conversation long enough to span several stored blocks of 128 tokens.
+HISTORY = [
+    {"role": "system", "content": "You are a helpful assistant who answers briefly."},
+    {
+        "role": "user",
+        "content": "Here is a note about my week. On Monday I repaired the garden fence and "
+        "planted tomatoes. On Tuesday I visited my sister in the next town and we walked along "
+        "the river. On Wednesday I read a long novel about a lighthouse keeper. On Thursday I "
+        "baked bread and cleaned the kitchen. On Friday I went to the market for apples, "
+        "pears and a sack of flour, and met an old friend from school who now keeps bees. On "
+        "Saturday we all went sailing on the lake; the wind was strong and we came back soaked. "
+        "On Sunday I rested, wrote letters to my cousins and planned the next week's work in "
+        "the garden: new beans, a second row of tomatoes and a bench under the apple tree.",
+    },
+    {"role": "assistant", "content": "That sounds like a busy and pleasant week."},
+    {"role": "user", "content": "What did I do on Wednesday?"},
+]
+
+
+@pytest.fixture()
+def home(tmp_path: Path, model_path: Path, embed_model_path: Path) -> Path:
+    return make_home(tmp_path, model_path, embed_model_path)
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads(home: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = cli(["serve", "--port", str(port), *SMALL], home)
+    assert_one_line_error(proc, f"port {port} on 127.0.0.1 is already in use")
+    assert proc.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--host", "no-such-host.invalid"], "is not an address of this machine"),
+        (["--api-key", " "], "--api-key is empty"),
+        (["--gpu-cache-size", "lots"], "gpu_cache_size"),
+    ],
+)
+def test_bad_flags_are_one_line(home: Path, args: list[str], fragment: str) -> None:
+    proc = cli(["serve", "--port", "0", *args], home)
+    assert_one_line_error(proc, fragment)
+
+
+def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
+    body = {"model": MODEL, "messages": HISTORY, "max_tokens": 4, "temperature": 0}
+    first = Server(home, "--host", "0.0.0.0")
+    try:
+        assert "without --api-key" in first.stderr()  # every interface, no key: warned
+        response = first.post("/v1/chat/completions", body, key=None)
+        assert response.status_code == 200, response.text
+        cold = response.json()["usage"]
+        assert cold["prompt_tokens"] > 128
+        stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]
+        assert stats["requests"] == 1 and stats["generated_tokens"] == 4
+    finally:
+        assert first.stop(signal.SIGTERM) == 0, first.stderr()
+    assert "server stopped" in first.stderr() and "Traceback" not in first.stderr()
+
+    second = Server(home)
+    try:
+        response = second.post("/v1/chat/completions", body, key=None)
+        assert response.status_code == 200, response.text
+        warm = response.json()
+        assert warm["usage"]["prompt_tokens"] == cold["prompt_tokens"]
+        assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, warm
+        assert warm["timings"]["prompt_n"] < cold["prompt_tokens"]
+    finally:
+        assert second.stop(signal.SIGINT) == 0, second.stderr()
+    assert "Traceback" not in second.stderr()
+    stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]
+    assert stats["requests"] == 2 and stats["cached_tokens"] > 0
