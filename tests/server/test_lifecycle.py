@@ -85,6 +85,7 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(home: Path) -> None:
         (["--host", "no-such-host.invalid"], "is not an address of this machine"),
         (["--api-key", " "], "--api-key is empty"),
         (["--gpu-cache-size", "lots"], "gpu_cache_size"),
+        (["--model", "/nonexistent/model.gguf"], "does not exist"),
     ],
 )
 def test_bad_flags_are_one_line(home: Path, args: list[str], fragment: str) -> None:
