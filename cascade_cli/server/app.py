@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from cascade_cli.errors import CascadeError
@@ -103,6 +104,8 @@ class Api:
                     self._stream(job, shape, req.include_usage),
                     media_type="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                    # also when the stream never started (the client left first)
+                    background=BackgroundTask(self._release, job),
                 )
             text, result = await self._collect(job)
             return JSONResponse(shape.whole(text, result))
@@ -113,6 +116,11 @@ class Api:
             watcher.cancel()
             if not streaming:
                 self.jobs.discard(job)
+
+    def _release(self, job: Job) -> None:
+        """A streamed response is over: stop its generation if it still runs."""
+        self.jobs.discard(job)
+        job.cancel()
 
     @staticmethod
     async def _watch(request: Request, job: Job) -> None:
