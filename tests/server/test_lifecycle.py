@@ -128,3 +128,4 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
     stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]
     # the cold and warm requests and the stopped stream; the dropped queued one never ran
     assert stats["requests"] == 3 and stats["cached_tokens"] > 0
+    assert "server: 3 requests (0 failed)" in cli(["stats"], home).stdout
