@@ -41,6 +41,7 @@ from bench.chat_common import filler, home  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 DIRECT = "What is my locker code? Answer with the number only."
+PARAPHRASE = "Which number did I ask you to remember for my locker? Reply with just the number."
 
 
 def _port() -> int:
@@ -181,11 +182,16 @@ def _ask(url: str, msgs: list[dict[str, str]], n: int) -> str:
     return str(stream(url, msgs, n)["text"])
 
 
+def _said(code: str, text: str) -> bool:
+    return code in text.replace(" ", "").replace(",", "")
+
+
 def locker(args: argparse.Namespace) -> dict[str, Any]:
     where = home("serve-locker")
     rng = random.Random(7)
     window = 4096
     results = []
+    saved = []
     with serving(where) as s:
         for trial in range(args.trials):
             code = str(rng.randint(1000, 9999))
@@ -195,7 +201,6 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
             ]
             msgs.append({"role": "assistant", "content": _ask(s.url, msgs, 32)})
             later = 0
-            last: dict[str, Any] = {}
             for text in filler(200, seed=trial, chars=2600):
                 if later >= args.windows * window:
                     break
@@ -203,18 +208,61 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
                 last = stream(s.url, msgs, 32)
                 msgs.append({"role": "assistant", "content": last["text"]})
                 later = last["usage"]["prompt_tokens"] - 60
-            msgs.append({"role": "user", "content": DIRECT})
-            answer = stream(s.url, msgs, 16)
-            ok = code in answer["text"].replace(" ", "")
-            t = answer.get("timings", {})
-            results.append(
-                {"trial": trial, "code": code, "later_tokens": later, "ok": ok,
-                 "answer": answer["text"].strip()[:60], "cached": t.get("cache_n"),
-                 "decoded": t.get("prompt_n")}
-            )  # fmt: skip
-            print(json.dumps(results[-1]), flush=True)
-    print(f"answered {sum(r['ok'] for r in results)}/{len(results)}")
+            saved.append({"code": code, "messages": msgs})
+            row: dict[str, Any] = {"trial": trial, "code": code, "later_tokens": later}
+            for name, question in (("direct", DIRECT), ("paraphrase", PARAPHRASE)):
+                answer = stream(s.url, [*msgs, {"role": "user", "content": question}], 16)
+                row[name] = _said(code, answer["text"])
+                row[f"{name}_answer"] = answer["text"].strip()[:60]
+                row[f"{name}_decoded"] = answer.get("timings", {}).get("prompt_n")
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    (where / "conversations.json").write_text(json.dumps(saved))
+    for name in ("direct", "paraphrase"):
+        print(f"{name}: answered {sum(r[name] for r in results)}/{len(results)}")
     return {"trials": results}
+
+
+def replay(args: argparse.Namespace) -> dict[str, Any]:
+    """The locker run's conversations asked again in process (same store), with the recalled
+    passage quoted before the question (--quote-tokens) or not: an ablation of the quote."""
+    from cascade_cli.config import Settings
+    from cascade_cli.engine import Context, Model
+    from cascade_cli.paging.library import Library
+    from cascade_cli.prompts.service import PromptService
+    from cascade_cli.prompts.types import Message, Params
+    from cascade_cli.session import plan
+
+    plan.QUOTE_TOKENS = args.quote_tokens
+    where = ROOT / "bench" / ".work" / "serve-locker"
+    saved = json.loads((where / "conversations.json").read_text())
+    model = next((where / "models").glob("SmolLM2*.gguf"))
+    embed = next((where / "models").glob("all-MiniLM*.gguf"))
+    cfg = Settings(
+        disk_cache_path=where / "store", threads=int(os.environ.get("CASCADE_THREADS", "2"))
+    )
+    rows = []
+    with (
+        Model(model) as m,
+        Context(m, cfg.gpu_cache_size + 256, 4, 512, cfg.n_threads) as ctx,
+        Library(cfg, ctx, embed_path=embed) as lib,
+    ):
+        svc = PromptService(ctx, lib)
+        for trial in saved:
+            row: dict[str, Any] = {"code": trial["code"]}
+            for name, question in (("direct", DIRECT), ("paraphrase", PARAPHRASE)):
+                msgs = [Message(x["role"], x["content"]) for x in trial["messages"]]
+                reply = svc.chat(
+                    [*msgs, Message("user", question)], Params(max_tokens=16, temperature=0.0)
+                )
+                text = reply.text()
+                row[name] = _said(trial["code"], text)
+                row[f"{name}_answer"] = text.strip()[:60]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    for name in ("direct", "paraphrase"):
+        print(f"quote {args.quote_tokens}: {name} {sum(r[name] for r in rows)}/{len(rows)}")
+    return {"quote_tokens": args.quote_tokens, "trials": rows}
 
 
 def _client_script(c: int, n: int) -> list[str]:
@@ -284,15 +332,18 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("what", choices=["reuse", "locker", "clients"])
+    ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
+    ap.add_argument("--quote-tokens", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--windows", type=float, default=3)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=10)
     args = ap.parse_args()
-    result = {"reuse": reuse, "locker": locker, "clients": clients}[args.what](args)
-    out = ROOT / "bench" / "results" / f"serve-{args.what}.json"
+    jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
+    result = jobs[args.what](args)
+    tag = f"-quote{args.quote_tokens}" if args.what == "replay" else ""
+    out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"
     out.write_text(json.dumps(result, indent=1, default=str))
 
 

@@ -30,9 +30,11 @@ from cascade_cli.prompts import catalog
 from cascade_cli.prompts.render import Block, address, chain, cut, segments
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Message, Params, Reply, Result
+from cascade_cli.recall import Hit
+from cascade_cli.session import plan as planning
 from cascade_cli.session.chat import DEFAULTS
 from cascade_cli.session.pages import Page, Pages, Placed
-from cascade_cli.session.plan import RECALL_SHARE, fit_recent, pick, query_of
+from cascade_cli.session.plan import RECALL_SHARE, fit_recent, pick, query_of, quote
 from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
 
@@ -183,7 +185,8 @@ class PromptService:
         recall the strongest of them, keep the newest."""
         system, rest = pages[0], pages[1:]
         budget = int(self.window * RECALL_SHARE)
-        room = self.window - system.n - need - reserve - budget
+        quoted = planning.QUOTE_TOKENS + 16 if planning.QUOTE_TOKENS > 0 else 0
+        room = self.window - system.n - need - reserve - budget - quoted
         n_recent = fit_recent([p.n for p in rest], room)
         older, recent = rest[: len(rest) - n_recent], rest[len(rest) - n_recent :]
         for i, p in enumerate(older):  # never seen (or evicted): decode it in a sliding window
@@ -200,19 +203,21 @@ class PromptService:
             mode=self.lib.settings.recall,
             limit=32,
         )
-        chosen = pick(
-            hits,
-            lambda h, _: (
-                older[by_key[f"{h.owner}:{h.chunk}"]].n
-                if f"{h.owner}:{h.chunk}" in by_key
-                else None
-            ),
-            budget,
-        )
+
+        def size(h: Hit, _: list[Hit]) -> int | None:
+            i = by_key.get(f"{h.owner}:{h.chunk}")
+            return None if i is None else older[i].n
+
+        chosen = pick(hits, size, budget)
+        note = None
+        if chosen:
+            said = "".join(self.lib.recall.passage_texts(chosen[:1]))
+            note = quote(self.tpl, "Said earlier", said)
         run.result.recall_s = time.perf_counter() - t0
         keep = sorted(by_key[f"{h.owner}:{h.chunk}"] for h in chosen)
         run.recalled = [older[i].key for i in keep]
-        self._apply(run, [system, *(older[i] for i in keep), *recent], need + reserve)
+        target = [system, *(older[i] for i in keep), *recent, *([note] if note else [])]
+        self._apply(run, target, need + reserve)
 
     # ---- the reply ---------------------------------------------------------------------------
 

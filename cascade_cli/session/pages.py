@@ -30,6 +30,9 @@ from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
 
+#: Free positions between two pages that are left as they are (not worth a restore).
+SMALL_GAP = 128
+
 
 @dataclass
 class Page:
@@ -152,13 +155,14 @@ class Pages:
         after the first page (the system prompt) ends up as one run — recalled chunks right
         before the recent turns, as in a conversation — so a kept page that a gap would
         separate from the next one is placed again (a restore of a small chunk) rather than
-        left behind: distance from the message is what a small model's attention pays for."""
+        left behind: distance from the message is what a small model's attention pays for. A
+        gap of at most SMALL_GAP positions (a quote or frame that was dropped) is left."""
         keep = set(kept)
         expected: int | None = None  # where the page after this one will start
         for p in reversed(target[1:]):
             if p.key in keep:
                 pos = self.at[p.key]
-                if expected is not None and pos + p.n != expected:
+                if expected is not None and not 0 <= expected - (pos + p.n) <= SMALL_GAP:
                     keep.discard(p.key)
                     expected -= p.n
                 else:

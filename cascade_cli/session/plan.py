@@ -9,14 +9,18 @@ recall.py).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from cascade_cli.recall import Hit
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.pages import Page
 from cascade_cli.session.recall import strong
+from cascade_cli.session.template import Template
 
 if TYPE_CHECKING:
     from cascade_cli.session.chat import ChatSession
@@ -27,6 +31,8 @@ RECALL_SHARE = 0.25
 QUERY_CHARS = 300
 #: At most this many chunks are recalled for one message.
 MAX_RECALLED = 2
+#: Tokens of the best recalled passage quoted again right before the new message (0: none).
+QUOTE_TOKENS = 64
 
 
 def query_of(text: str) -> str:
@@ -70,6 +76,21 @@ def pick(
     return chosen
 
 
+def quote(tpl: Template, source: str, text: str) -> Page | None:
+    """A short system note quoting the best recalled passage, placed right after the recent
+    turns: the recalled chunk keeps its place in conversation order, and a small model that
+    would not copy a fact across thousands of tokens reads it again next to the question.
+    Decoded when placed, never stored."""
+    if QUOTE_TOKENS <= 0 or not text.strip():
+        return None
+    body = tpl.plain(" ".join(text.split()))[:QUOTE_TOKENS]
+    tokens = (
+        tpl.special(tpl.sys_open) + tpl.plain(f"{source}: ") + body + tpl.special(tpl.sys_close)
+    )
+    digest = hashlib.sha1(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:16]
+    return Page(f"quote:{digest}", tokens)
+
+
 def _label(chunk: Chunk) -> str:
     return f"turn {chunk.turn}" if chunk.turn else "system prompt"
 
@@ -96,7 +117,8 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
         )
         for d in chat.docs
     }
-    n_recent = fit_recent([len(c.tokens) for c in turns], free - budget)
+    room = QUOTE_TOKENS + 16 if QUOTE_TOKENS > 0 else 0  # the quote comes out of the recent share
+    n_recent = fit_recent([len(c.tokens) for c in turns], free - budget - room)
     recent = turns[len(turns) - n_recent :]
     first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
     t0 = time.perf_counter()
@@ -114,7 +136,14 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
             n += sum(len(t) for t in frames[h.owner])
         return n
 
-    chosen = [(h.owner, h.chunk) for h in pick(hits, size, budget)]
+    picked = pick(hits, size, budget)
+    chosen = [(h.owner, h.chunk) for h in picked]
+    note = None
+    if picked:
+        best = picked[0]
+        names = {d.owner: d.name for d in chat.docs}
+        source = f"From {names[best.owner]}" if best.owner in names else "Said earlier"
+        note = quote(chat.tpl, source, "".join(chat.recall.passage_texts([best])))
     seconds = time.perf_counter() - t0
     rank = {d.owner: i for i, d in enumerate(chat.docs)}
     doc_hits = sorted((rank[o], i) for o, i in chosen if o != chat.s.owner)
@@ -136,4 +165,6 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
         pages.append(chat.page(chat.s.key(i)))
         labels[chat.s.key(i)] = _label(chat.chunks[i])
     pages += [chat.page(chat.s.key(c.idx)) for c in recent]
+    if note is not None:
+        pages.append(note)
     return pages, labels, seconds

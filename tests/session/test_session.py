@@ -128,9 +128,12 @@ def test_overflow_pages_out_and_recalls_turn_one(home: Path, ctx: Context) -> No
         # whether the 135M model then copies the digits is its own business (BENCHMARKS.md:
         # 7/10 after four windows); what paging owes it is turn 1's KV back in the window
         assert answer.strip() and chat.s.key(1) in chat.pages.keys
-        keys = chat.pages.keys
+        keys = [k for k in chat.pages.keys if not k.startswith("quote:")]
         order = [int(k.rsplit(":", 1)[1]) for k in keys]
         assert order == sorted(order) and keys[0] == chat.s.key(0)
+        # the recalled passage is quoted again right before the question's turn
+        note = chat.pages.layout[-2]
+        assert note.key.startswith("quote:") and "4417" in chat.model.detokenize(note.tokens)
         chat.close()
 
 
