@@ -73,8 +73,8 @@ def _library(cfg: Settings, ctx: Context) -> Library:
         return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
     except StoreLockedError:
         err.print(
-            "[dim](the store is being written by another process: the server reuses what is "
-            "stored but saves no new KV)[/dim]"
+            "[dim](the store is being written by another process: until it finishes, the "
+            "server reuses what is stored but saves no new KV)[/dim]"
         )
         return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
 
@@ -90,7 +90,7 @@ def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
     lib = stack.enter_context(_library(cfg, ctx))
     service = PromptService(ctx, lib, window=cfg.gpu_cache_size, system=system)
     stack.callback(service.close)
-    return Backend(service, recorder(lib.disk))
+    return Backend(service, recorder(lib.disk), idle=service.idle)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -75,6 +75,7 @@ class PromptService:
     def chat(self, messages: list[Message], params: Params) -> Reply:
         """Lay out and decode the conversation's prompt; the reply streams from the result."""
         run = _Run(params)
+        self.lib.disk.take_lock()  # the writer again, unless another process writes now
         finished, open_turn, question = segments(self.tpl, messages, self.system)
         blocks, tail = chain(
             self.fingerprint, finished, open_turn, self.block, self.model.detokenize
@@ -100,6 +101,7 @@ class PromptService:
         """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
         server does). Its full blocks are stored and reused; it must fit the window."""
         run = _Run(params)
+        self.lib.disk.take_lock()
         tokens = self.model.tokenize(prompt, add_special=True, parse_special=True)
         if not tokens:
             raise InputError("the prompt is empty", "Send a non-empty prompt.")
@@ -373,6 +375,12 @@ class PromptService:
         stats.add("server", "generated_tokens", t.predicted_n)
         if run.result.ttft_s:
             stats.observe("server_ttft", run.result.ttft_s)
+
+    def idle(self) -> None:
+        """Between requests: finish saving, then let other processes (`cascade ingest`, `rm`)
+        write the store until the next request takes the writer lock back."""
+        self.lib.pager.flush()
+        self.lib.disk.yield_lock()
 
     def close(self) -> None:
         self.lib.pager.flush()

@@ -40,6 +40,7 @@ class Backend:
 
     engine: Engine
     record: Callable[[Result | None, bool], None] = lambda result, failed: None
+    idle: Callable[[], None] = lambda: None  # no request waiting (the store's lock is let go)
 
 
 class Cancelled(Exception):
@@ -135,6 +136,11 @@ class Worker:
                         self._run(backend, job)
                     finally:
                         self.busy = False
+                    if self._jobs.empty():
+                        try:
+                            backend.idle()
+                        except Exception as exc:  # the next request takes the lock back
+                            log.warning("could not hand the store over: %s", exc)
         except BaseException as exc:  # opening (or closing) the engine failed
             if not self._ready.is_set():
                 self._failure = exc

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from cascade_cli.errors import StoreError
+from cascade_cli.errors import StoreError, StoreLockedError
 from cascade_cli.store import repair as _repair
 from cascade_cli.store.budget import Usage, lru_victims
 from cascade_cli.store.files import (
@@ -311,6 +311,35 @@ class DiskStore(ChunkReader):
                 crash_point("mid_eviction")
                 self._delete(f"key IN ({','.join('?' * len(batch))})", tuple(batch), True)
         self._stats.add("disk", "evictions", len(victims))
+
+    # ---- handing the writer lock over (a long-running server between requests) -------------
+
+    def yield_lock(self) -> None:
+        """Let other processes write: release the writer lock and read as a ``shared`` opener
+        until :meth:`take_lock`. Callers finish their queued saves first."""
+        with self._lock:
+            if self._flock is None or self.mode != "write":
+                return
+            self.flush()
+            lock, self._flock = self._flock, None
+            self.mode = "shared"
+            lock.release()
+
+    def take_lock(self, timeout: float = 0.0) -> bool:
+        """Become the writer again unless another process writes (then stay ``shared``: saves
+        are skipped); returns whether this process is the writer now."""
+        with self._lock:
+            if self.mode == "write":
+                return True
+            if self.readonly or self._closed:
+                return False
+            try:
+                self._flock = StoreLock.acquire(self.path / LOCK, timeout=timeout)
+            except StoreLockedError:
+                return False
+            self.mode = "write"
+            self._usage = None  # another writer may have changed the store: recount
+            return True
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

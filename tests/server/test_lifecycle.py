@@ -129,3 +129,27 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
     # the cold and warm requests and the stopped stream; the dropped queued one never ran
     assert stats["requests"] == 3 and stats["cached_tokens"] > 0
     assert "server: 3 requests (0 failed)" in cli(["stats"], home).stdout
+
+
+def test_ingest_and_ask_run_beside_an_idle_server(home: Path, tmp_path: Path) -> None:
+    body = {"model": MODEL, "messages": HISTORY, "max_tokens": 4, "temperature": 0}
+    text = tmp_path / "note.txt"
+    text.write_text(
+        "The lighthouse keeper painted the door blue every spring. " * 40, encoding="utf-8"
+    )
+    server = Server(home)
+    try:
+        assert server.post("/v1/chat/completions", body, key=None).status_code == 200
+        # between requests the server lets go of the writer lock: a whole ingest runs
+        proc = cli(["ingest", str(text), "--name", "note", *SMALL], home)
+        assert proc.returncode == 0, proc.stderr
+        question = ["ask", "note", "What colour was the door?", "--max-tokens", "4"]
+        asked = cli([*question, "--gpu-cache-size", "1024"], home)
+        assert asked.returncode == 0, asked.stderr
+        # and takes it back for the next request, which still finds its stored prompt
+        again = server.post("/v1/chat/completions", body, key=None).json()
+        assert again["timings"]["prompt_n"] < again["usage"]["prompt_tokens"] // 4
+        docs = json.loads(cli(["docs", "--json"], home).stdout)
+        assert [d["name"] for d in docs["documents"]] == ["note"]
+    finally:
+        assert server.stop() == 0, server.stderr()
