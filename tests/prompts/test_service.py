@@ -160,6 +160,8 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         first_turn = svc.pages.layout[1]
         assert "4417" in svc.model.detokenize(first_turn.tokens)
         assert first_turn.key in reply.result.recalled
+        note = svc.pages.layout[-2]  # the recalled passage, quoted right before the question
+        assert note.key.startswith("quote:") and "4417" in svc.model.detokenize(note.tokens)
         # the same request again: the older turns are in the store now, nothing is re-decoded
         again = svc.chat(_msgs(*convo), GREEDY)
         again.text()
