@@ -3,8 +3,7 @@
 A block's KV lives in the chunk store under ``api:<root>:<idx>``, where the root names the
 conversation (the hash of its first block after the system prompt; a system prompt's own block
 is its own root, so every conversation with that system prompt shares it). Rows keep the token
-ids and text, so a block whose chunk the disk budget evicted is recomputed, and recall can
-index it. Branches of one conversation (a regenerated reply) share the root and get their own
+ids, so a block whose chunk the disk budget evicted is recomputed. Branches of one conversation (a regenerated reply) share the root and get their own
 indices.
 """
 
@@ -94,12 +93,6 @@ def add(conn: sqlite3.Connection, items: list[tuple[str, str, list[int]]]) -> di
         )
         made[h] = Row(h, owner, idx, False)
     return made
-
-
-def touch(conn: sqlite3.Connection, hashes: list[str]) -> None:
-    conn.executemany(
-        "UPDATE api_blocks SET used = ? WHERE hash = ?", [(time.time(), h) for h in hashes]
-    )
 
 
 def mark_indexed(conn: sqlite3.Connection, hashes: list[str]) -> None:

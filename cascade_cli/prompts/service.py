@@ -15,6 +15,7 @@ Not thread-safe: one llama.cpp context, one window. The server runs every reques
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +31,6 @@ from cascade_cli.prompts import catalog
 from cascade_cli.prompts.render import Block, address, chain, cut, segments
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Message, Params, Reply, Result
-from cascade_cli.recall import Hit
 from cascade_cli.session import plan as planning
 from cascade_cli.session.chat import DEFAULTS
 from cascade_cli.session.pages import Page, Pages, Placed
@@ -38,8 +38,12 @@ from cascade_cli.session.plan import RECALL_SHARE, fit_recent, pick, query_of, q
 from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
 
+log = logging.getLogger(__name__)
+
 #: Tokens kept free for a reply when the request names no max_tokens.
 DEFAULT_REPLY = 512
+#: Positions kept past the reply for re-decoding its tail as the client's text tokenizes.
+FIX_ROOM = 8
 
 
 class _Run:
@@ -82,7 +86,7 @@ class PromptService:
         )
         reserve = self._reserve(params) + len(self.tpl.close())
         system = len(blocks[0].tokens)
-        if system + self.block + reserve > self.window:
+        if system + len(tail) + reserve + planning.quote_room() > self.window:
             raise ContextFullError(
                 f"the system prompt ({system} tokens) leaves no room for a message and a reply "
                 f"in the {self.window}-token window",
@@ -90,12 +94,17 @@ class PromptService:
             )
         pages = self._pages(blocks)
         run.prompt_tokens = sum(p.n for p in pages) + len(tail)
-        if run.prompt_tokens + reserve <= self.window:
-            self._apply(run, pages, len(tail) + reserve)
-        else:
-            self._long(run, blocks, pages, len(tail), reserve, question)
+        opened = len(cut(open_turn, self.block)) - 1  # the open turn's full blocks (at the end)
         save = open_turn == self.tpl.user(question) if question else False
-        return self._reply(run, tail, blocks, open_turn if save else None, question)
+        try:
+            if run.prompt_tokens + reserve <= self.window:
+                self._apply(run, pages, len(tail) + reserve)
+            else:
+                self._long(run, pages, len(tail), reserve, question, opened)
+            return self._reply(run, tail, blocks, open_turn if save else None)
+        except BaseException:
+            self.pages.reset()  # cells no page accounts for must not outlive a failure
+            raise
 
     def complete(self, prompt: str, params: Params) -> Reply:
         """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
@@ -122,14 +131,18 @@ class PromptService:
             blocks.append(Block(parent, piece, "", 1))
         pages = self._pages(blocks, root=blocks[0].hash if blocks else "")
         run.prompt_tokens = len(tokens)
-        self._apply(run, pages, len(tail) + reserve)
-        return self._reply(run, tail, blocks, None, "")
+        try:
+            self._apply(run, pages, len(tail) + reserve)
+            return self._reply(run, tail, blocks, None)
+        except BaseException:
+            self.pages.reset()
+            raise
 
     # ---- layout ----------------------------------------------------------------------------
 
     def _reserve(self, params: Params) -> int:
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
-        return max(1, min(wanted, self.window // 4))
+        return max(1, min(wanted, self.window // 4)) + FIX_ROOM
 
     def _pages(self, blocks: list[Block], root: str | None = None) -> list[Page]:
         """Pages for the blocks, numbering blocks seen for the first time in their owner."""
@@ -146,8 +159,8 @@ class PromptService:
                 if b.hash not in rows
             ]
             rows.update(catalog.add(conn, new))
-            catalog.touch(conn, [b.hash for b in blocks])
         self._rows = rows
+        self._blocks = {rows[b.hash].key: b for b in blocks}
         scheme = self.lib.settings.compression
         pages = []
         for b in blocks:
@@ -175,50 +188,44 @@ class PromptService:
                 catalog.mark_indexed(conn, [b.hash for b in todo])
 
     def _long(
-        self,
-        run: _Run,
-        blocks: list[Block],
-        pages: list[Page],
-        need: int,
-        reserve: int,
-        question: str,
+        self, run: _Run, pages: list[Page], need: int, reserve: int, question: str, opened: int
     ) -> None:
         """A conversation longer than the window: page older blocks through (storing them),
-        recall the strongest of them, keep the newest."""
+        recall the strongest of them, keep the newest; the best recalled passage is quoted
+        before the new message (and before its blocks already stored, if it is long)."""
         system, rest = pages[0], pages[1:]
-        budget = int(self.window * RECALL_SHARE)
-        quoted = planning.QUOTE_TOKENS + 16 if planning.QUOTE_TOKENS > 0 else 0
-        room = self.window - system.n - need - reserve - budget - quoted
-        n_recent = fit_recent([p.n for p in rest], room)
+        quoted = planning.quote_room()
+        free = self.window - system.n - need - reserve - quoted
+        n_recent = fit_recent([p.n for p in rest], free - int(self.window * RECALL_SHARE))
         older, recent = rest[: len(rest) - n_recent], rest[len(rest) - n_recent :]
+        budget = min(int(self.window * RECALL_SHARE), free - sum(p.n for p in recent))
+        paged = False
         for i, p in enumerate(older):  # never seen (or evicted): decode it in a sliding window
             if not self.pages.stored(p):
                 n = fit_recent([q.n for q in older[:i]], self.window - system.n - p.n)
                 self._apply(run, [system, *older[i - n : i], p], 0)
-        owner = older[0].meta.owner if older and older[0].meta else ""
-        self._index(blocks[1 : 1 + len(older)])
+                paged = True
+        if paged:
+            self.lib.pager.flush()  # stored before anything asks whether it is
+        self._index([self._blocks[p.key] for p in older])
         by_key = {p.key: i for i, p in enumerate(older)}
         t0 = time.perf_counter()
+        owners = sorted({p.meta.owner for p in older if p.meta is not None})
         hits = self.lib.recall.search(
-            [owner],
-            query_of(question),
-            mode=self.lib.settings.recall,
-            limit=32,
+            owners, query_of(question), mode=self.lib.settings.recall, limit=32
         )
-
-        def size(h: Hit, _: list[Hit]) -> int | None:
-            i = by_key.get(f"{h.owner}:{h.chunk}")
-            return None if i is None else older[i].n
-
-        chosen = pick(hits, size, budget)
+        hits = [h for h in hits if f"{h.owner}:{h.chunk}" in by_key]  # this conversation's
+        chosen = pick(hits, lambda h, _: older[by_key[f"{h.owner}:{h.chunk}"]].n, budget)
         note = None
-        if chosen:
+        if chosen and opened <= len(recent):  # no note inside a message that overflows
             said = "".join(self.lib.recall.passage_texts(chosen[:1]))
             note = quote(self.tpl, "Said earlier", said)
         run.result.recall_s = time.perf_counter() - t0
         keep = sorted(by_key[f"{h.owner}:{h.chunk}"] for h in chosen)
         run.recalled = [older[i].key for i in keep]
-        target = [system, *(older[i] for i in keep), *recent, *([note] if note else [])]
+        split = len(recent) - min(opened, len(recent))
+        target = [system, *(older[i] for i in keep), *recent[:split]]
+        target += [*([note] if note else []), *recent[split:]]
         self._apply(run, target, need + reserve)
 
     # ---- the reply ---------------------------------------------------------------------------
@@ -229,16 +236,11 @@ class PromptService:
         tail: list[int],
         blocks: list[Block],
         turn: list[int] | None,
-        question: str,
     ) -> Reply:
         """Decode the tail, then stream; the finished turn is stored when `turn` is given."""
         win = self.pages.win
         start = win.end
-        try:
-            win.append(tail, logits="last")
-        except BaseException:
-            self._truncate(start)
-            raise
+        win.append(tail, logits="last")
         run.decoded += len(tail)
         timings = run.result.timings
         timings.prompt_n = run.decoded
@@ -291,8 +293,8 @@ class PromptService:
                 if text:
                     out.append(text)
                     yield text
-        except GeneratorExit:
-            cut_short = True  # the client went away
+        except BaseException:
+            cut_short = True  # the client went away (GeneratorExit), or decoding failed
             raise
         finally:
             sampler.close()
@@ -303,10 +305,14 @@ class PromptService:
             stopped = scan.stopped or gen.stopped_by == "eog"
             run.result.finish_reason = "stop" if stopped or cut_short else "length"
             decoded = gen.tokens[: gen.pos - reply_at]
-            if turn is not None and not cut_short:
-                self._keep_turn(blocks, turn, start, reply_at, decoded, "".join(out))
-            else:
-                self._truncate(self.pages_end())
+            try:
+                if turn is not None and not cut_short:
+                    self._keep_turn(blocks, turn, start, reply_at, decoded, "".join(out))
+                else:
+                    self._truncate(self.pages_end())
+            except Exception as exc:  # the reply was given; only its storing failed
+                log.warning("the turn was not stored: %s", exc)
+                self.pages.reset()
             self._count(run)
 
     # ---- after the reply ---------------------------------------------------------------------
@@ -358,7 +364,6 @@ class PromptService:
         for page in pages:
             self.pages.append(page, at)
             at += page.n
-        self._index(new)
 
     def _words(self, turn: list[int], reply: str) -> str:
         opening = len(self.tpl.special(self.tpl.user_open))

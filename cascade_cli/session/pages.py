@@ -27,7 +27,7 @@ import numpy as np
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import Window
+from cascade_cli.paging.window import WINDOW_SEQ, Window
 from cascade_cli.store import ChunkMeta
 
 #: Free positions between two pages that are left as they are (not worth a restore).
@@ -42,6 +42,7 @@ class Page:
     key: str
     tokens: list[int] = field(repr=False)
     meta: ChunkMeta | None = field(default=None, repr=False)
+    transient: bool = False  # decoded afresh wherever it is placed, never kept (a quote)
 
     @property
     def n(self) -> int:
@@ -108,7 +109,7 @@ class Pages:
         last = -1
         keep: list[Page] = []
         for p in self.layout:  # what stays, in the target's order
-            if p.key in wanted and wanted[p.key] > last:
+            if p.key in wanted and wanted[p.key] > last and not p.transient:
                 last = wanted[p.key]
                 keep.append(p)
         kept = self._adjacent(target, {p.key for p in keep})
@@ -120,6 +121,8 @@ class Pages:
                 done.dropped += 1
         self.layout = keep
         self.win.end = max((self.at[p.key] + p.n for p in keep), default=0)
+        self.ctx.seq_rm(WINDOW_SEQ, self.win.end, -1)  # nothing past the pages may stay
+        self.lib.disk.touch([p.key for p in keep if p.meta is not None])  # recently used
         done.kept = len(keep)
         at, shifts = self._plan(target)
         if max((at[p.key] + p.n for p in target), default=0) + room > self.win.limit:
@@ -140,13 +143,16 @@ class Pages:
         for i, p in enumerate(target):
             if p.key in fresh:
                 tier = self._materialize(p, fresh[p.key], "ram" if p.key in warm else "disk")
-                done.tiers[tier] += 1
-                if tier == "recomputed":
-                    done.recomputed_tokens += p.n
+                if not p.transient:  # a quote is no chunk: counted nowhere
+                    done.tiers[tier] += 1
+                    if tier == "recomputed":
+                        done.recomputed_tokens += p.n
                 self.at[p.key] = fresh[p.key]
                 self.layout.insert(i, p)
         self.lib.disk.stats.add("window", "hits", done.kept)
-        self.lib.disk.stats.add("window", "misses", len(fresh))
+        self.lib.disk.stats.add(
+            "window", "misses", sum(1 for p in target if p.key in fresh and not p.transient)
+        )
         done.seconds = time.perf_counter() - t0
         return done
 

@@ -76,19 +76,24 @@ def pick(
     return chosen
 
 
+def quote_room() -> int:
+    """Tokens a quote takes at most (kept out of the recent turns' share)."""
+    return QUOTE_TOKENS + 16 if QUOTE_TOKENS > 0 else 0
+
+
 def quote(tpl: Template, source: str, text: str) -> Page | None:
-    """A short system note quoting the best recalled passage, placed right after the recent
-    turns: the recalled chunk keeps its place in conversation order, and a small model that
-    would not copy a fact across thousands of tokens reads it again next to the question.
-    Decoded when placed, never stored."""
+    """A short system note quoting the best recalled passage, placed after the recent turns
+    (before the new message): the recalled chunk keeps its place in conversation order, and a
+    small model that would not copy a fact across thousands of tokens reads it again next to
+    the question. Transient: decoded wherever it is placed, never stored or kept."""
     if QUOTE_TOKENS <= 0 or not text.strip():
         return None
-    body = tpl.plain(" ".join(text.split()))[:QUOTE_TOKENS]
-    tokens = (
-        tpl.special(tpl.sys_open) + tpl.plain(f"{source}: ") + body + tpl.special(tpl.sys_close)
-    )
+    head = tpl.special(tpl.sys_open) + tpl.plain(f"{source[:40]}: ")
+    tail = tpl.special(tpl.sys_close)
+    body = tpl.plain(" ".join(text.split()))[: max(0, quote_room() - len(head) - len(tail))]
+    tokens = head + body + tail
     digest = hashlib.sha1(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:16]
-    return Page(f"quote:{digest}", tokens)
+    return Page(f"quote:{digest}", tokens, transient=True)
 
 
 def _label(chunk: Chunk) -> str:
@@ -117,9 +122,10 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
         )
         for d in chat.docs
     }
-    room = QUOTE_TOKENS + 16 if QUOTE_TOKENS > 0 else 0  # the quote comes out of the recent share
+    room = quote_room()  # the quote comes out of the recent turns' share
     n_recent = fit_recent([len(c.tokens) for c in turns], free - budget - room)
     recent = turns[len(turns) - n_recent :]
+    budget = min(budget, free - room - sum(len(c.tokens) for c in recent))
     first = recent[0].idx if recent else (turns[-1].idx + 1 if turns else 1)
     t0 = time.perf_counter()
     owners = [chat.s.owner] + [d.owner for d in chat.docs]
@@ -139,7 +145,8 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
     picked = pick(hits, size, budget)
     chosen = [(h.owner, h.chunk) for h in picked]
     note = None
-    if picked:
+    current = [c for c in turns if c.turn > chat.s.turns]  # a long message's blocks
+    if picked and all(c in recent for c in current):  # never a note inside the message
         best = picked[0]
         names = {d.owner: d.name for d in chat.docs}
         source = f"From {names[best.owner]}" if best.owner in names else "Said earlier"
@@ -164,7 +171,9 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
     for i in mine:
         pages.append(chat.page(chat.s.key(i)))
         labels[chat.s.key(i)] = _label(chat.chunks[i])
-    pages += [chat.page(chat.s.key(c.idx)) for c in recent]
-    if note is not None:
+    done = [c for c in recent if c.turn <= chat.s.turns]
+    pages += [chat.page(chat.s.key(c.idx)) for c in done]
+    if note is not None:  # before the new message (and the blocks of it already paged through)
         pages.append(note)
+    pages += [chat.page(chat.s.key(c.idx)) for c in recent[len(done) :]]
     return pages, labels, seconds

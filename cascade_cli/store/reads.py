@@ -139,6 +139,17 @@ class ChunkReader:
             "It will be recomputed from its tokens.",
         )
 
+    def touch(self, keys: list[str]) -> None:
+        """Mark chunks used now (kept in the window: least recently used eviction spares
+        them), persisted with the next flush."""
+        if self.readonly or not keys:
+            return
+        now = time.time()
+        with self._lock:
+            for key in keys:
+                self._touched[key] = now
+        self._tick()
+
     def _hit(self, key: str, size: int) -> None:
         self._stats.add("disk", "hits")
         self._stats.add("disk", "bytes_read", size)

@@ -163,9 +163,23 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         note = svc.pages.layout[-2]  # the recalled passage, quoted right before the question
         assert note.key.startswith("quote:") and "4417" in svc.model.detokenize(note.tokens)
         # the same request again: the older turns are in the store now, nothing is re-decoded
+        misses = lib.disk.stats.pending()[0].get(("window", "misses"), 0)
         again = svc.chat(_msgs(*convo), GREEDY)
         again.text()
         assert again.result.timings.prompt_n == len(svc.tpl.user(convo[-1][1]))
+        # the same passage quoted again does not unsettle the window (nothing restored)
+        assert lib.disk.stats.pending()[0].get(("window", "misses"), 0) - misses <= 1
+        # a last message longer than the recent turns' share: its earlier blocks are paged
+        # out (recallable), and no quote is put between parts of it
+        pasted = "The tide rose over the harbour wall and the boats knocked together. " * 20
+        long_ask = [*convo[:-1], ("user", pasted + "What is my locker code?")]
+        reply = svc.chat(_msgs(*long_ask), GREEDY)
+        answer = reply.text()
+        assert not any(k.startswith("quote:") for k in svc.pages.keys)
+        turn = svc.tpl.user(long_ask[-1][1]) + svc.tpl.plain(answer) + svc.tpl.close()
+        window_tokens = [t for p in svc.pages.layout for t in p.tokens]
+        end = len(turn) - svc.block  # all but the message's first block, which may be out
+        assert window_tokens[-end:] == turn[-end:]
 
 
 def test_message_text_is_never_parsed_as_special_tokens(home: Path, ctx: Context) -> None:
