@@ -24,7 +24,7 @@ import numpy as np
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ContextFullError, InputError
+from cascade_cli.errors import ConfigError, ContextFullError, InputError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts import catalog
@@ -69,7 +69,12 @@ class PromptService:
         self.model = ctx.model
         self.tpl = template(ctx.model)
         self.window = window or lib.settings.gpu_cache_size
-        self.system = system or str(DEFAULTS["system"])
+        self.system = str(DEFAULTS["system"]) if system is None else system
+        if lib.settings.recall == "semantic" and lib.embedder_factory is None:
+            raise ConfigError(
+                "--recall semantic needs an embedding model",
+                "Pass --embed-model (e.g. minilm-l6) or use --recall hybrid or bm25.",
+            )
         self.pages = Pages(ctx, lib, self.window)
         self.fingerprint = self.pages.fingerprint
         self.block = max(16, min(lib.settings.block_size, int(self.window * RECALL_SHARE)))

@@ -88,6 +88,10 @@ class Api:
                 return engine.chat(messages, params)
             return engine.complete(prompt, params)
 
+        if not self.worker.alive:
+            raise ApiError(
+                503, "The generation thread stopped; restart the server.", type="server_error"
+            )
         job = Job(run, asyncio.get_running_loop())
         self.jobs.add(job)
         self.worker.submit(job)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi.responses import JSONResponse
 
 from cascade_cli.errors import CascadeError, ContextFullError, InputError
+
+log = logging.getLogger("cascade.serve")
 
 
 class ApiError(Exception):
@@ -60,4 +63,5 @@ def from_cascade(exc: CascadeError) -> ApiError:
         return ApiError(400, exc.one_line(), param="messages", code="context_length_exceeded")
     if isinstance(exc, InputError):
         return ApiError(400, exc.one_line(), code="invalid_value")
-    return ApiError(500, exc.one_line(), type="server_error", code="internal_error")
+    log.error("internal error: %s", exc.one_line())
+    return internal()

@@ -78,7 +78,7 @@ def _refuse(body: dict[str, Any]) -> None:
         if body.get(name):
             raise bad_field(name, f"`{name}` is not supported by this server (no tool calling).")
     for name in ("tool_choice", "function_call"):
-        if body.get(name) not in (None, "none"):
+        if body.get(name) not in (None, "none", "auto"):  # "auto" without tools: no tool
             raise bad_field(name, f"`{name}` is not supported by this server (no tool calling).")
     if body.get("logprobs") not in (None, False, 0):
         raise bad_field("logprobs", "logprobs are not supported by this server.")
@@ -195,7 +195,10 @@ def _messages(value: Any) -> list[Message]:
             )
         if item.get("tool_calls"):
             raise bad_field(f"{at}.tool_calls", "tool calls are not supported by this server.")
-        out.append(Message(role=role, content=_content(item.get("content"), f"{at}.content")))
+        content = item.get("content")
+        if content is None and role == "assistant":  # OpenAI allows a reply without content
+            content = ""
+        out.append(Message(role=role, content=_content(content, f"{at}.content")))
     return out
 
 
