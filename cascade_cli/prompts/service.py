@@ -222,7 +222,8 @@ class PromptService:
         hits = [h for h in hits if f"{h.owner}:{h.chunk}" in by_key]  # this conversation's
         chosen = pick(hits, lambda h, _: older[by_key[f"{h.owner}:{h.chunk}"]].n, budget)
         note = None
-        if chosen and opened <= len(recent):  # no note inside a message that overflows
+        mode = self.lib.settings.recall
+        if planning.worth_quoting(self.lib.recall, mode, chosen) and opened <= len(recent):
             said = "".join(self.lib.recall.passage_texts(chosen[:1]))
             note = quote(self.tpl, "Said earlier", said)
         run.result.recall_s = time.perf_counter() - t0

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cascade_cli.recall import Hit
+from cascade_cli.recall import Hit, Recall
+from cascade_cli.recall.select import RRF_K
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.pages import Page
 from cascade_cli.session.recall import strong
@@ -79,6 +80,17 @@ def pick(
 def quote_room() -> int:
     """Tokens a quote takes at most (kept out of the recent turns' share)."""
     return QUOTE_TOKENS + 16 if QUOTE_TOKENS > 0 else 0
+
+
+def worth_quoting(recall: Recall, mode: str, picked: Sequence[Hit]) -> bool:
+    """Whether the best hit is quoted: only when every recall method ranked it first (both,
+    in hybrid mode) — the note costs a decode of up to QUOTE_TOKENS tokens at the window's
+    end, worth it for a message that plainly asks about something said before, not for every
+    turn that merely recalls related ones."""
+    if not picked or QUOTE_TOKENS <= 0:
+        return False
+    methods = 2 if mode == "hybrid" and recall.semantic else 1
+    return picked[0].score >= methods / (RRF_K + 1) - 1e-9
 
 
 def quote(tpl: Template, source: str, text: str) -> Page | None:
@@ -146,7 +158,10 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
     chosen = [(h.owner, h.chunk) for h in picked]
     note = None
     current = [c for c in turns if c.turn > chat.s.turns]  # a long message's blocks
-    if picked and all(c in recent for c in current):  # never a note inside the message
+    if worth_quoting(chat.recall, chat.lib.settings.recall, picked) and all(
+        c in recent
+        for c in current  # never a note inside the message
+    ):
         best = picked[0]
         names = {d.owner: d.name for d in chat.docs}
         source = f"From {names[best.owner]}" if best.owner in names else "Said earlier"
