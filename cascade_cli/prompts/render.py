@@ -130,3 +130,33 @@ def chain(
         parent = address(fingerprint, parent, piece)
         blocks.append(Block(parent, piece, detokenize(piece), len(finished)))
     return blocks, tail
+
+
+def finished_turn(
+    tpl: Template,
+    fingerprint: str,
+    blocks: list[Block],
+    turn: list[int],
+    reply: list[int],
+    text: str,
+    block: int,
+) -> list[Block]:
+    """The blocks a finished turn adds after `blocks`: the open turn's tokens (`turn`), the
+    reply's (`reply`, as its `text` tokenizes) and the closing tokens, cut as the next request
+    will cut them, minus the open turn's full blocks (already among `blocks`)."""
+    tokens = turn + reply + tpl.close()
+    pieces = cut(tokens, block)
+    stored = len(cut(turn, block)) - 1
+    parent = blocks[-1].hash if blocks else ""
+    out: list[Block] = []
+    for piece in pieces[stored:]:
+        parent = address(fingerprint, parent, piece)
+        if len(pieces) > 1:
+            words = tpl.model.detokenize(piece)
+        else:
+            opening = len(tpl.special(tpl.user_open))
+            closing = len(tpl.special(tpl.user_close + tpl.header))
+            asked = tpl.model.detokenize(turn[opening : len(turn) - closing])
+            words = f"User: {asked}\nAssistant: {text}"
+        out.append(Block(parent, piece, words, len(blocks) + 1))
+    return out

@@ -28,7 +28,7 @@ from cascade_cli.errors import ConfigError, ContextFullError, InputError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts import catalog
-from cascade_cli.prompts.render import Block, address, chain, cut, segments
+from cascade_cli.prompts.render import Block, address, chain, cut, finished_turn, segments
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Message, Params, Reply, Result
 from cascade_cli.session import plan as planning
@@ -75,7 +75,7 @@ class PromptService:
                 "--recall semantic needs an embedding model",
                 "Pass --embed-model (e.g. minilm-l6) or use --recall hybrid or bm25.",
             )
-        self.pages = Pages(ctx, lib, self.window)
+        self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
         self.block = max(16, min(lib.settings.block_size, int(self.window * RECALL_SHARE)))
 
@@ -353,29 +353,11 @@ class PromptService:
         except ContextFullError:
             self._truncate(self.pages_end())
             return
-        tokens = turn + canon + close
-        pieces = cut(tokens, self.block)
-        stored = len(cut(turn, self.block)) - 1  # the open turn's full blocks are pages already
-        parent = blocks[-1].hash if blocks else ""
-        at = start
-        new: list[Block] = []
-        for i, piece in enumerate(pieces):
-            if i < stored:
-                continue
-            parent = address(self.fingerprint, parent, piece)
-            words = self.model.detokenize(piece) if len(pieces) > 1 else self._words(turn, text)
-            new.append(Block(parent, piece, words, len(blocks) + 1))
-        root = blocks[1].hash if len(blocks) > 1 else new[0].hash
-        pages = self._pages(new, root=root)
+        new = finished_turn(self.tpl, self.fingerprint, blocks, turn, canon, text, self.block)
+        pages = self._pages(new, root=blocks[1].hash if len(blocks) > 1 else new[0].hash)
         for page in pages:
-            self.pages.append(page, at)
-            at += page.n
-
-    def _words(self, turn: list[int], reply: str) -> str:
-        opening = len(self.tpl.special(self.tpl.user_open))
-        closing = len(self.tpl.special(self.tpl.user_close + self.tpl.header))
-        asked = self.model.detokenize(turn[opening : len(turn) - closing])
-        return f"User: {asked}\nAssistant: {reply}"
+            self.pages.append(page, start)
+            start += page.n
 
     def _count(self, run: _Run) -> None:
         t = run.result.timings

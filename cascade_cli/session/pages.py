@@ -64,10 +64,14 @@ class Placed:
 class Pages:
     """The window and the pages it holds, in order, with their start positions."""
 
-    def __init__(self, ctx: Context, lib: Library, cells: int) -> None:
+    def __init__(self, ctx: Context, lib: Library, cells: int, stash: bool = False) -> None:
+        """`stash`: a stored page that leaves the window keeps its exact state in the RAM tier
+        (the server, whose conversations take turns in one window); chat leaves RAM to
+        prefetches (its memory stays flat over a long conversation)."""
         self.ctx = ctx
         self.lib = lib
         self.cells = cells
+        self.stash = stash
         train = ctx.model.n_ctx_train or cells
         self.win = Window(ctx, max(cells, min(train, 2 * cells)))  # limit on positions
         self.fingerprint = ctx.fingerprint()
@@ -116,6 +120,9 @@ class Pages:
         keep = [p for p in keep if p.key in kept]
         for p in reversed(self.layout):
             if p.key not in kept:
+                if self.stash and p.meta is not None and not p.transient:
+                    p0 = self.at[p.key]
+                    self.lib.ram.put(p.key, self.win.save(p0, p0 + p.n))
                 self.win.drop(self.at[p.key], self.at[p.key] + p.n, slide=False)
                 del self.at[p.key]
                 done.dropped += 1

@@ -87,6 +87,23 @@ def test_follow_ups_decode_only_the_new_message_and_match_a_full_prefill(
         assert again.result.timings.prompt_n == asked
 
 
+def test_conversations_taking_turns_restore_each_other_exactly_from_ram(
+    home: Path, ctx: Context, ref: Context
+) -> None:
+    other = [("system", "You answer in French."), ("user", "Name a fruit.")]
+    with _lib(home, ctx) as lib:
+        svc = PromptService(ctx, lib)
+        a1 = svc.chat(_msgs(*CONVO), GREEDY).text()
+        svc.chat(_msgs(*other), GREEDY).text()  # another conversation takes the window
+        hits = lib.disk.stats.pending()[0].get(("ram", "hits"), 0)
+        follow = _msgs(*CONVO, ("assistant", a1), ("user", "What do I keep?"))
+        reply = svc.chat(follow, GREEDY)
+        text = reply.text()
+        assert lib.disk.stats.pending()[0].get(("ram", "hits"), 0) > hits  # the stashed state
+        assert reply.result.timings.prompt_n == len(svc.tpl.user("What do I keep?"))
+        assert text == _prefilled(svc, ref, follow, 16)
+
+
 def test_a_restart_restores_the_conversation_from_the_store(
     home: Path, ctx: Context, ref: Context
 ) -> None:
