@@ -32,7 +32,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
             "documents": [],
             "sessions": [],
-            "server": server_stats.section({}),
+            "server": {**server_stats.section({}), **server_stats.stored({})},
         }
     with store:
         snap = snapshot(store)
@@ -55,7 +55,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             {k: r[k] for k in ("name", "turns", "tokens", "chunks", "bytes", "compression")}
             for r in manage.rows(store)
         ]
-    snap["server"] = server_stats.section(snap["tiers"])
+    snap["server"] = {**server_stats.section(snap["tiers"]), **server_stats.stored(by_owner)}
     snap["store"] = str(cfg.disk_cache_path)
     snap["documents"] = docs
     snap["sessions"] = chats

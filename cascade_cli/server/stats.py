@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from cascade_cli.prompts.catalog import PREFIX
 from cascade_cli.prompts.types import Result
 from cascade_cli.store import DiskStore
 
@@ -50,11 +51,21 @@ def section(tiers: dict[str, dict[str, int]]) -> dict[str, int]:
     return {name: int(found.get(name, 0)) for name in NAMES}
 
 
+def stored(by_owner: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """The prompt blocks the store holds for the server (chunks of ``api:`` owners)."""
+    mine = [o for name, o in by_owner.items() if name.startswith(PREFIX)]
+    return {
+        "blocks": sum(int(o.get("chunks", 0)) for o in mine),
+        "bytes": sum(int(o.get("bytes", 0)) for o in mine),
+    }
+
+
 def summary(data: dict[str, Any]) -> str:
     """One line for `cascade stats`."""
-    s = data.get(SECTION) or dict.fromkeys(NAMES, 0)
+    s = {"blocks": 0, "bytes": 0, **(data.get(SECTION) or dict.fromkeys(NAMES, 0))}
     return (
         f"server: {s['requests']} requests ({s['errors']} failed) · prompt tokens "
         f"{s['cached_tokens']} cached, {s['prompt_tokens']} decoded · "
-        f"{s['generated_tokens']} generated"
+        f"{s['generated_tokens']} generated · {s['blocks']} prompt blocks stored "
+        f"({s['bytes'] / 2**20:.1f} MiB)"
     )

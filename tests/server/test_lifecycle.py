@@ -104,6 +104,7 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
         assert cold["prompt_tokens"] > 128
         stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]
         assert stats["requests"] == 1 and stats["generated_tokens"] == 4
+        assert stats["blocks"] >= 2 and stats["bytes"] > 0  # the prompt's blocks, stored
     finally:
         assert first.stop(signal.SIGTERM) == 0, first.stderr()
     assert "server stopped" in first.stderr() and "Traceback" not in first.stderr()
