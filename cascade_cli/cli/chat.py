@@ -178,7 +178,9 @@ def chat(
     repeat_penalty: Annotated[
         float | None,
         typer.Option(
-            "--repeat-penalty", help="Over the last 64 tokens, 1.0 = off (default: 1.1).", min=0.0
+            "--repeat-penalty",
+            help="Over the last 64 tokens, 1.0 = off (default: 1.0; a penalty garbles repeated digits).",
+            min=0.0,
         ),
     ] = None,
     model: opt.Model = None,

@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "temperature": 0.7,
     "top_k": 40,
     "top_p": 0.95,
-    "repeat_penalty": 1.1,
+    "repeat_penalty": 1.0,  # off: a penalty garbles numbers with repeated digits (4417 → 44…)
     "seed": None,
     "max_tokens": 512,
 }
