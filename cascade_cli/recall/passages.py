@@ -15,6 +15,9 @@ MIN_WORDS = 8
 # A sentence ends at . ! ? (with closing quotes/brackets) before whitespace, or at a blank line.
 _SENTENCE = re.compile(r".*?(?:[.!?]+[\"'”’)\]]*(?=\s)|\n[ \t]*\n|\Z)", re.S)
 _WORD = re.compile(r"\S+")
+#: A transcript's speaker label (how sessions and the server index a turn's text): a passage
+#: never spans two speakers, so a quoted passage is one person's words.
+_SPEAKER = re.compile(r"\s*(?:User|Assistant|System):\s")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ def split(text: str) -> list[Passage]:
     groups: list[list[int]] = []  # [start, end, words]
     for s, e, n in spans:
         size = groups[-1][2] if groups else 0
-        if groups and (size + n <= TARGET_WORDS or (size < MIN_WORDS and size + n <= MAX_WORDS)):
+        fits = size + n <= TARGET_WORDS or (size < MIN_WORDS and size + n <= MAX_WORDS)
+        if groups and fits and not _SPEAKER.match(text, s):
             groups[-1][1] = e
             groups[-1][2] += n
         else:

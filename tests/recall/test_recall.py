@@ -90,6 +90,16 @@ def test_passages_are_sentence_bounded_and_cover_the_text() -> None:
     assert words == text.split()  # nothing lost, nothing repeated
 
 
+def test_a_passage_never_spans_two_speakers() -> None:
+    turn = "User: My code is 8585. Keep it.\nAssistant: This is a classic example of a code."
+    assert [p.text for p in split(turn)] == [
+        "User: My code is 8585. Keep it.",
+        "Assistant: This is a classic example of a code.",
+    ]
+    prose = "He said so. She did not. Then it rained on the hills."
+    assert len(split(prose)) == 1  # short sentences of one text still group
+
+
 def test_answer_beats_chunk_that_repeats_the_topic(recall: Recall) -> None:
     chunks = haystack(8)
     chunks[2] = TOPIC * 3  # mentions the city many times
