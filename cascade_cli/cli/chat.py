@@ -9,11 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.runtime import embed_path, open_context, open_model
+from cascade_cli.cli.runtime import open_context, open_model, writer_library
 from cascade_cli.cli.state import err, out, settings
-from cascade_cli.config import Settings
-from cascade_cli.engine import Context
-from cascade_cli.errors import CascadeError, StoreLockedError
+from cascade_cli.errors import CascadeError
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
@@ -84,20 +82,6 @@ def _stats(session: ChatSession) -> None:
         f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
         f"recalled: {', '.join(last.recalled) or '-'}"
     )
-
-
-def _library(cfg: Settings, ctx: Context) -> Library:
-    """The store for writing; beside another writer (an ingest, another chat), shared: turns
-    are kept as text and their KV is recomputed when the session is next opened."""
-    path = embed_path(cfg)
-    try:
-        return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
-    except StoreLockedError:
-        err.print(
-            "[dim](the store is being written by another process: this chat keeps its turns' "
-            "text, and their KV is recomputed next time)[/dim]"
-        )
-        return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
 
 
 def _fresh_name(lib: Library) -> str:
@@ -229,7 +213,9 @@ def chat(
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=256) as ctx,
-        _library(cfg, ctx) as lib,
+        writer_library(
+            cfg, ctx, "this chat keeps its turns' text, and their KV is recomputed next time"
+        ) as lib,
     ):
         lib.recall.preload()
         documents = [lib.find(d) for d in doc or []]

@@ -19,7 +19,8 @@ from rich.progress import (
 from cascade_cli.cli.state import STATE, err
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model, set_verbose
-from cascade_cli.errors import ConfigError
+from cascade_cli.errors import ConfigError, StoreLockedError
+from cascade_cli.paging.library import Library
 from cascade_cli.registry import Progress as ProgressFn
 from cascade_cli.registry import resolve_model
 
@@ -104,3 +105,14 @@ def open_context(
         flash_attn=settings.flash_attn,
     ) as ctx:
         yield ctx
+
+
+def writer_library(cfg: Settings, ctx: Context, beside_writer: str) -> Library:
+    """The store opened for writing (chat sessions, the server), any model's store; beside
+    another writer (an ingest, another chat), opened shared after saying `beside_writer`."""
+    path = embed_path(cfg)
+    try:
+        return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
+    except StoreLockedError:
+        err.print(f"[dim](the store is being written by another process: {beside_writer})[/dim]")
+        return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)

@@ -15,12 +15,10 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.runtime import embed_path, open_context, open_model
+from cascade_cli.cli.runtime import open_context, open_model, writer_library
 from cascade_cli.cli.state import STATE, err, settings
 from cascade_cli.config import Settings
-from cascade_cli.engine import Context
-from cascade_cli.errors import ConfigError, StoreLockedError
-from cascade_cli.paging.library import Library
+from cascade_cli.errors import ConfigError
 
 #: Seconds a shutdown waits for open responses (stopped at their next token) to end.
 GRACE_S = 3
@@ -66,19 +64,6 @@ def _is_loopback(sock: socket.socket) -> bool:
     return ipaddress.ip_address(sock.getsockname()[0]).is_loopback
 
 
-def _library(cfg: Settings, ctx: Context) -> Library:
-    """The store for writing (as `chat` opens it); beside another writer, shared."""
-    path = embed_path(cfg)
-    try:
-        return Library(cfg, ctx, timeout=1.0, embed_path=path, any_model=True)
-    except StoreLockedError:
-        err.print(
-            "[dim](the store is being written by another process: until it finishes, the "
-            "server reuses what is stored but saves no new KV)[/dim]"
-        )
-        return Library(cfg, ctx, mode="shared", embed_path=path, any_model=True)
-
-
 def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
     """Model, context, store and prompt service, opened on the worker thread that uses them."""
     from cascade_cli.prompts.service import PromptService
@@ -87,7 +72,8 @@ def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
 
     model = stack.enter_context(open_model(cfg))
     ctx = stack.enter_context(open_context(cfg, model, extra_tokens=EXTRA_TOKENS))
-    lib = stack.enter_context(_library(cfg, ctx))
+    beside = "until it finishes, the server reuses what is stored but saves no new KV"
+    lib = stack.enter_context(writer_library(cfg, ctx, beside))
     service = PromptService(ctx, lib, window=cfg.gpu_cache_size, system=system)
     stack.callback(service.close)
     return Backend(service, recorder(lib.disk), idle=service.idle)

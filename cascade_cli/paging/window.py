@@ -110,6 +110,11 @@ class Window:
         elif p1 >= self.end:
             self.end = p0
 
+    def truncate(self, end: int) -> None:
+        """Forget every cell from position `end` on (a decode cut short, a reply undone)."""
+        self.ctx.seq_rm(WINDOW_SEQ, end, -1)
+        self.end = end
+
     def move(self, p0: int, p1: int, delta: int) -> None:
         """Shift the positions of the cells in [p0, p1) (p1 = -1: to the end) by `delta`; the
         positions they move to must be free. llama.cpp re-ropes the cache on the next decode."""

@@ -2,18 +2,16 @@
 
 A block's KV lives in the chunk store under ``api:<root>:<idx>``, where the root names the
 conversation (the hash of its first block after the system prompt; a system prompt's own block
-is its own root, so every conversation with that system prompt shares it). Rows keep the token
-ids, so a block whose chunk the disk budget evicted is recomputed. Branches of one conversation (a regenerated reply) share the root and get their own
-indices.
+is its own root, so every conversation with that system prompt shares it). A block whose chunk
+the disk budget evicted is decoded again from the request that names it (clients resend the
+whole conversation). Branches of one conversation (a regenerated reply) share the root and get
+their own indices.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass
-
-import numpy as np
 
 from cascade_cli.store import register_migrations
 
@@ -27,9 +25,6 @@ def m001_blocks(conn: sqlite3.Connection) -> None:
             hash TEXT PRIMARY KEY,
             owner TEXT NOT NULL,
             idx INTEGER NOT NULL,
-            tokens BLOB NOT NULL,
-            indexed INTEGER NOT NULL DEFAULT 0,
-            used REAL NOT NULL,
             UNIQUE (owner, idx)
         )"""
     )
@@ -43,7 +38,6 @@ class Row:
     hash: str
     owner: str
     idx: int
-    indexed: bool
 
     @property
     def key(self) -> str:
@@ -67,19 +61,18 @@ def lookup(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Row]:
     for o in range(0, len(hashes), 500):
         part = hashes[o : o + 500]
         marks = ",".join("?" * len(part))
-        for h, owner, idx, indexed in conn.execute(
-            f"SELECT hash, owner, idx, indexed FROM api_blocks WHERE hash IN ({marks})", part
+        for h, owner, idx in conn.execute(
+            f"SELECT hash, owner, idx FROM api_blocks WHERE hash IN ({marks})", part
         ):
-            found[h] = Row(h, owner, idx, bool(indexed))
+            found[h] = Row(h, owner, idx)
     return found
 
 
-def add(conn: sqlite3.Connection, items: list[tuple[str, str, list[int]]]) -> dict[str, Row]:
-    """Insert rows for new blocks [(hash, owner, tokens)], numbering them per owner."""
+def add(conn: sqlite3.Connection, items: list[tuple[str, str]]) -> dict[str, Row]:
+    """Insert rows for new blocks [(hash, owner)], numbering them per owner."""
     made: dict[str, Row] = {}
-    now = time.time()
     nxt: dict[str, int] = {}
-    for h, owner, tokens in items:
+    for h, owner in items:
         if owner not in nxt:
             top = conn.execute(
                 "SELECT COALESCE(MAX(idx) + 1, 0) FROM api_blocks WHERE owner = ?", (owner,)
@@ -87,13 +80,6 @@ def add(conn: sqlite3.Connection, items: list[tuple[str, str, list[int]]]) -> di
             nxt[owner] = int(top)
         idx = nxt[owner]
         nxt[owner] += 1
-        conn.execute(
-            "INSERT INTO api_blocks (hash, owner, idx, tokens, used) VALUES (?, ?, ?, ?, ?)",
-            (h, owner, idx, np.asarray(tokens, dtype="<i4").tobytes(), now),
-        )
-        made[h] = Row(h, owner, idx, False)
+        conn.execute("INSERT INTO api_blocks (hash, owner, idx) VALUES (?, ?, ?)", (h, owner, idx))
+        made[h] = Row(h, owner, idx)
     return made
-
-
-def mark_indexed(conn: sqlite3.Connection, hashes: list[str]) -> None:
-    conn.executemany("UPDATE api_blocks SET indexed = 1 WHERE hash = ?", [(h,) for h in hashes])

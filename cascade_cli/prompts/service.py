@@ -77,7 +77,7 @@ class PromptService:
             )
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
-        self.block = max(16, min(lib.settings.block_size, int(self.window * RECALL_SHARE)))
+        self.block = planning.block_for(lib.settings.block_size, self.window)
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ class PromptService:
             if run.prompt_tokens + reserve <= self.window:
                 self._apply(run, pages, len(tail) + reserve)
             else:
-                self._long(run, pages, len(tail), reserve, question, opened)
+                self._long(run, pages, blocks, len(tail), reserve, question, opened)
             return self._reply(run, tail, blocks, open_turn if save else None)
         except BaseException:
             self.pages.reset()  # cells no page accounts for must not outlive a failure
@@ -158,14 +158,8 @@ class PromptService:
         owners = [catalog.owner_for(b.hash if b.turn == 0 and root != "" else root) for b in blocks]
         with self.lib.disk.transaction() as conn:
             rows = catalog.lookup(conn, [b.hash for b in blocks])
-            new = [
-                (b.hash, o, b.tokens)
-                for b, o in zip(blocks, owners, strict=True)
-                if b.hash not in rows
-            ]
+            new = [(b.hash, o) for b, o in zip(blocks, owners, strict=True) if b.hash not in rows]
             rows.update(catalog.add(conn, new))
-        self._rows = rows
-        self._blocks = {rows[b.hash].key: b for b in blocks}
         scheme = self.lib.settings.compression
         pages = []
         for b in blocks:
@@ -182,18 +176,23 @@ class PromptService:
         run.decoded += placed.recomputed_tokens
         return placed
 
-    def _index(self, blocks: list[Block]) -> None:
-        """Index blocks of finished turns for recall (once per block)."""
-        todo = [b for b in blocks if b.turn and b.text and not self._rows[b.hash].indexed]
-        for b in todo:
-            r = self._rows[b.hash]
-            self.lib.recall.index(r.owner, r.idx, b.text)
-        if todo:
-            with self.lib.disk.transaction() as conn:
-                catalog.mark_indexed(conn, [b.hash for b in todo])
+    def _index(self, pages: list[Page], blocks: list[Block]) -> None:
+        """Index the finished turns among `pages` (with their `blocks`) for recall, once each."""
+        owners = {p.meta.owner for p in pages if p.meta is not None}
+        done = {o: self.lib.recall.indexed(o) for o in owners}
+        for p, b in zip(pages, blocks, strict=True):
+            if p.meta is not None and b.text and p.meta.index not in done[p.meta.owner]:
+                self.lib.recall.index(p.meta.owner, p.meta.index, b.text)
 
     def _long(
-        self, run: _Run, pages: list[Page], need: int, reserve: int, question: str, opened: int
+        self,
+        run: _Run,
+        pages: list[Page],
+        blocks: list[Block],
+        need: int,
+        reserve: int,
+        question: str,
+        opened: int,
     ) -> None:
         """A conversation longer than the window: page older blocks through (storing them),
         recall the strongest of them, keep the newest; the best recalled passage is quoted
@@ -212,7 +211,7 @@ class PromptService:
                 paged = True
         if paged:
             self.lib.pager.flush()  # stored before anything asks whether it is
-        self._index([self._blocks[p.key] for p in older])
+        self._index(older, blocks[1 : 1 + len(older)])
         by_key = {p.key: i for i, p in enumerate(older)}
         t0 = time.perf_counter()
         owners = sorted({p.meta.owner for p in older if p.meta is not None})
@@ -315,20 +314,13 @@ class PromptService:
                 if turn is not None and not cut_short:
                     self._keep_turn(blocks, turn, start, reply_at, decoded, "".join(out))
                 else:
-                    self._truncate(self.pages_end())
+                    self.pages.win.truncate(self.pages.end)
             except Exception as exc:  # the reply was given; only its storing failed
                 log.warning("the turn was not stored: %s", exc)
                 self.pages.reset()
             self._count(run)
 
     # ---- after the reply ---------------------------------------------------------------------
-
-    def pages_end(self) -> int:
-        return max((self.pages.at[p.key] + p.n for p in self.pages.layout), default=0)
-
-    def _truncate(self, end: int) -> None:
-        self.ctx.seq_rm(WINDOW_SEQ, end, -1)
-        self.pages.win.end = end
 
     def _keep_turn(
         self,
@@ -346,12 +338,12 @@ class PromptService:
         same = 0
         while same < min(len(canon), len(decoded)) and canon[same] == decoded[same]:
             same += 1
-        self._truncate(reply_at + same)
+        self.pages.win.truncate(reply_at + same)
         close = self.tpl.close()
         try:
             self.pages.win.append(canon[same:] + close)
         except ContextFullError:
-            self._truncate(self.pages_end())
+            self.pages.win.truncate(self.pages.end)
             return
         new = finished_turn(self.tpl, self.fingerprint, blocks, turn, canon, text, self.block)
         pages = self._pages(new, root=blocks[1].hash if len(blocks) > 1 else new[0].hash)

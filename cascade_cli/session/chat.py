@@ -29,7 +29,7 @@ from cascade_cli.session.catalog import Chunk, Session
 from cascade_cli.session.long import page_through
 from cascade_cli.session.manage import remove
 from cascade_cli.session.pages import Page, Pages, Placed
-from cascade_cli.session.plan import RECALL_SHARE, plan
+from cascade_cli.session.plan import block_for, plan
 from cascade_cli.session.recall import recall_for
 from cascade_cli.session.restore import check_doc, drop_unfinished, index_missing, open_window
 from cascade_cli.session.template import template
@@ -149,7 +149,7 @@ class ChatSession:
     @property
     def block(self) -> int:
         """Most tokens in one chunk: --block-size, or less so that any chunk can be recalled."""
-        return max(16, min(self.lib.settings.block_size, int(self.window * RECALL_SHARE)))
+        return block_for(self.lib.settings.block_size, self.window)
 
     def split(self, tokens: list[int]) -> list[list[int]]:
         return [tokens[o : o + self.block] for o in range(0, len(tokens), self.block)]
@@ -220,7 +220,7 @@ class ChatSession:
             stats.prefill_s = time.perf_counter() - t1
             stats.prefill_tokens = len(q)
         except BaseException:
-            self._truncate(start)  # an interrupted prefill: the turn is absent
+            self.pages.win.truncate(start)  # an interrupted prefill: the turn is absent
             raise
         gen = Generation(pos=self.pages.win.end)
         pieces: list[str] = []
@@ -236,7 +236,7 @@ class ChatSession:
                 yield piece
         finally:
             reply = gen.tokens[: gen.pos - start - len(q)]
-            self._truncate(gen.pos)
+            self.pages.win.truncate(gen.pos)
             gen_s = time.perf_counter() - (t_first or time.perf_counter())
             stats.gen_tokens = len(reply)
             stats.tokens_per_s = round(max(len(reply) - 1, 0) / gen_s, 2) if gen_s > 0 else 0.0
@@ -246,11 +246,6 @@ class ChatSession:
             self.totals.gen_s += gen_s
             self.totals.gen_tokens += len(reply)
             self.totals.turns += 1
-
-    def _truncate(self, end: int) -> None:
-        """Forget cells from `end` on (a decode cut short)."""
-        self.ctx.seq_rm(WINDOW_SEQ, end, -1)
-        self.pages.win.end = end
 
     def _finish(self, text: str, q: list[int], reply: list[int], start: int, long: bool) -> None:
         """Close the reply, save the turn's chunk and commit its transcript."""

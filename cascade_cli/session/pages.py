@@ -27,7 +27,7 @@ import numpy as np
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import WINDOW_SEQ, Window
+from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
 
 #: Free positions between two pages that are left as they are (not worth a restore).
@@ -89,6 +89,11 @@ class Pages:
         return [p.key for p in self.layout]
 
     @property
+    def end(self) -> int:
+        """The position after the last page."""
+        return max((self.at[p.key] + p.n for p in self.layout), default=0)
+
+    @property
     def used(self) -> int:
         """Cells the pages occupy."""
         return sum(p.n for p in self.layout)
@@ -127,8 +132,7 @@ class Pages:
                 del self.at[p.key]
                 done.dropped += 1
         self.layout = keep
-        self.win.end = max((self.at[p.key] + p.n for p in keep), default=0)
-        self.ctx.seq_rm(WINDOW_SEQ, self.win.end, -1)  # nothing past the pages may stay
+        self.win.truncate(self.end)  # nothing past the pages may stay
         self.lib.disk.touch([p.key for p in keep if p.meta is not None])  # recently used
         done.kept = len(keep)
         at, shifts = self._plan(target)

@@ -49,6 +49,12 @@ def query_of(text: str) -> str:
     return tail[cut + 1 :].strip() if 0 <= cut < len(tail) - 40 else tail
 
 
+def block_for(block_size: int, window: int) -> int:
+    """Most tokens in one stored piece of a conversation: --block-size, or less so that any
+    piece fits the share of the window kept for recall."""
+    return max(16, min(block_size, int(window * RECALL_SHARE)))
+
+
 def fit_recent(sizes: Sequence[int], room: int) -> int:
     """How many of the last items (token counts, oldest first) fit in `room` tokens together."""
     used = n = 0

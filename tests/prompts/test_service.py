@@ -243,7 +243,7 @@ def test_a_cancelled_reply_leaves_the_window_consistent(home: Path, ctx: Context
         next(pieces)
         reply.cancel.set()
         list(pieces)
-        assert svc.pages.win.end == svc.pages_end()
+        assert svc.pages.win.end == svc.pages.end
         again = svc.chat(_msgs(*CONVO), GREEDY)
         again.text()
         assert again.result.timings.cache_n > 0  # the system prompt stayed
