@@ -50,9 +50,9 @@ def chat(
     return proc
 
 
-def passages(chars: int = 1100, seed: int = 0) -> list[str]:
+def passages(chars: int = 1100, seed: int = 0, source: Path = TEXT) -> list[str]:
     """Paragraph runs of *Emma* about `chars` long, shuffled by `seed`."""
-    text = TEXT.read_text(encoding="utf-8")
+    text = source.read_text(encoding="utf-8")
     paras = [re.sub(r"\s+", " ", p).strip() for p in text.split("\n\n")]
     out: list[str] = []
     cur = ""
@@ -67,7 +67,7 @@ def passages(chars: int = 1100, seed: int = 0) -> list[str]:
     return out
 
 
-def filler(n: int, seed: int = 0, chars: int = 1100) -> list[str]:
+def filler(n: int, seed: int = 0, chars: int = 1100, source: Path = TEXT) -> list[str]:
     """`n` user messages of a conversation about the novel."""
     asks = [
         "In one sentence, what happens in this passage?",
@@ -76,6 +76,6 @@ def filler(n: int, seed: int = 0, chars: int = 1100) -> list[str]:
         "Summarize this passage in one sentence.",
     ]
     return [
-        f"Here is a passage from Emma: {p} {asks[i % len(asks)]}"
-        for i, p in enumerate(passages(chars, seed)[:n])
+        f"Here is a passage from {source.stem.title()}: {p} {asks[i % len(asks)]}"
+        for i, p in enumerate(passages(chars, seed, source)[:n])
     ]

@@ -50,8 +50,10 @@ def instrument() -> None:
     """After every layout change, pay the pending K-shift in a timed one-token probe."""
     original = pages_mod.Pages.apply
 
-    def apply(self: pages_mod.Pages, target: Any, room: int = 0) -> pages_mod.Placed:
-        done = original(self, target, room)
+    def apply(
+        self: pages_mod.Pages, target: Any, room: int = 0, stash: bool | None = None
+    ) -> pages_mod.Placed:
+        done = original(self, target, room, stash)
         shifted = _probe(self.ctx)
         PROBES.append((shifted, _probe(self.ctx)))
         return done

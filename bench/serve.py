@@ -37,7 +37,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import filler, home  # noqa: E402
+from bench.chat_common import TEXT, filler, home  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 DIRECT = "What is my locker code? Answer with the number only."
@@ -187,7 +187,7 @@ def _said(code: str, text: str) -> bool:
 
 
 def locker(args: argparse.Namespace) -> dict[str, Any]:
-    where = home("serve-locker")
+    where = home("serve-locker" if args.text == TEXT else f"serve-locker-{args.text.stem}")
     rng = random.Random(7)
     window = 4096
     results = []
@@ -201,7 +201,7 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
             ]
             msgs.append({"role": "assistant", "content": _ask(s.url, msgs, 32)})
             later = 0
-            for text in filler(200, seed=trial, chars=2600):
+            for text in filler(200, seed=trial, chars=2600, source=args.text):
                 if later >= args.windows * window:
                     break
                 msgs.append({"role": "user", "content": text})
@@ -334,6 +334,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
     ap.add_argument("--quote-tokens", type=int, default=64)
+    ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--windows", type=float, default=3)
@@ -343,6 +344,8 @@ def main() -> None:
     jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
     result = jobs[args.what](args)
     tag = f"-quote{args.quote_tokens}" if args.what == "replay" else ""
+    if args.what == "locker" and args.text != TEXT:
+        tag = f"-{args.text.stem}"
     out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"
     out.write_text(json.dumps(result, indent=1, default=str))
 

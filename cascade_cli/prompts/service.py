@@ -24,7 +24,7 @@ import numpy as np
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ConfigError, ContextFullError, InputError
+from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts import catalog
@@ -70,11 +70,7 @@ class PromptService:
         self.tpl = template(ctx.model)
         self.window = window or lib.settings.gpu_cache_size
         self.system = str(DEFAULTS["system"]) if system is None else system
-        if lib.settings.recall == "semantic" and lib.embedder_factory is None:
-            raise ConfigError(
-                "--recall semantic needs an embedding model",
-                "Pass --embed-model (e.g. minilm-l6) or use --recall hybrid or bm25.",
-            )
+        lib.recall.check(lib.settings.recall)  # at start, not on the first long conversation
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
         self.block = planning.block_for(lib.settings.block_size, self.window)
@@ -171,8 +167,8 @@ class PromptService:
             pages.append(Page(r.key, b.tokens, meta))
         return pages
 
-    def _apply(self, run: _Run, target: list[Page], room: int) -> Placed:
-        placed = self.pages.apply(target, room=room)
+    def _apply(self, run: _Run, target: list[Page], room: int, stash: bool | None = None) -> Placed:
+        placed = self.pages.apply(target, room=room, stash=stash)
         run.decoded += placed.recomputed_tokens
         return placed
 
@@ -207,7 +203,7 @@ class PromptService:
         for i, p in enumerate(older):  # never seen (or evicted): decode it in a sliding window
             if not self.pages.stored(p):
                 n = fit_recent([q.n for q in older[:i]], self.window - system.n - p.n)
-                self._apply(run, [system, *older[i - n : i], p], 0)
+                self._apply(run, [system, *older[i - n : i], p], 0, stash=False)  # just saved
                 paged = True
         if paged:
             self.lib.pager.flush()  # stored before anything asks whether it is

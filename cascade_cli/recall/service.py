@@ -154,6 +154,14 @@ class Recall:
                 emb.close()
 
     # -- searching -----------------------------------------------------------------------------
+    def check(self, mode: str) -> None:
+        """Refuse a recall mode this service cannot run (semantic without an embedder)."""
+        if mode == "semantic" and not self.semantic:
+            raise InputError(
+                "semantic recall needs an embedding model",
+                "Pass --embed-model (e.g. minilm-l6) or use --recall bm25.",
+            )
+
     def search(
         self, owners: Sequence[str], query: str, mode: str = "hybrid", limit: int = 32
     ) -> list[Hit]:
@@ -165,11 +173,7 @@ class Recall:
                 found = [h for o in owners for h in lexical.search(self.disk.conn, o, query, limit)]
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
         t1 = time.perf_counter()
-        if mode == "semantic" and not self.semantic:
-            raise InputError(
-                "semantic recall needs an embedding model",
-                "Pass --embed-model (e.g. minilm-l6) or use --recall bm25.",
-            )
+        self.check(mode)
         if mode in ("hybrid", "semantic") and self.semantic:
             emb = self.embedder()
             assert emb is not None

@@ -103,9 +103,10 @@ class Pages:
         self.layout = []
         self.at = {}
 
-    def apply(self, target: Sequence[Page], room: int = 0) -> Placed:
+    def apply(self, target: Sequence[Page], room: int = 0, stash: bool | None = None) -> Placed:
         """Make the window hold `target` in order, with `room` free positions after it; pages
-        already there stay where they are."""
+        already there stay where they are. `stash` overrides the window's own setting (no copy
+        into RAM of pages that were just saved, e.g. while paging a conversation through)."""
         t0 = time.perf_counter()
         done = Placed()
         if sum(p.n for p in target) + room > self.cells:
@@ -125,7 +126,7 @@ class Pages:
         keep = [p for p in keep if p.key in kept]
         for p in reversed(self.layout):
             if p.key not in kept:
-                if self.stash and p.meta is not None and not p.transient:
+                if (self.stash if stash is None else stash) and p.meta and not p.transient:
                     p0 = self.at[p.key]
                     self.lib.ram.put(p.key, self.win.save(p0, p0 + p.n))
                 self.win.drop(self.at[p.key], self.at[p.key] + p.n, slide=False)
