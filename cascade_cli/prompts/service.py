@@ -55,7 +55,6 @@ class _Run:
         self.result = Result()
         self.decoded = 0  # prompt tokens decoded (recomputed blocks and the tail)
         self.prompt_tokens = 0
-        self.recalled: list[str] = []
 
 
 class PromptService:
@@ -151,7 +150,7 @@ class PromptService:
             return []
         if root is None:  # a chat: the system prompt is its own root, the rest the first turn's
             root = blocks[1].hash if len(blocks) > 1 else blocks[0].hash
-        owners = [catalog.owner_for(b.hash if b.turn == 0 and root != "" else root) for b in blocks]
+        owners = [catalog.owner_for(b.hash if b.turn == 0 else root) for b in blocks]
         with self.lib.disk.transaction() as conn:
             rows = catalog.lookup(conn, [b.hash for b in blocks])
             new = [(b.hash, o) for b, o in zip(blocks, owners, strict=True) if b.hash not in rows]
@@ -223,7 +222,7 @@ class PromptService:
             note = quote(self.tpl, "Said earlier", said)
         run.result.recall_s = time.perf_counter() - t0
         keep = sorted(by_key[f"{h.owner}:{h.chunk}"] for h in chosen)
-        run.recalled = [older[i].key for i in keep]
+        run.result.recalled = [older[i].key for i in keep]
         split = len(recent) - min(opened, len(recent))
         target = [system, *(older[i] for i in keep), *recent[:split]]
         target += [*([note] if note else []), *recent[split:]]
@@ -247,7 +246,6 @@ class PromptService:
         timings.prompt_n = run.decoded
         timings.cache_n = run.prompt_tokens - run.decoded
         timings.prompt_ms = (time.perf_counter() - run.t0) * 1000
-        run.result.recalled = run.recalled
         cancel = threading.Event()
         return Reply(self._stream(run, start, tail, blocks, turn, cancel), run.result, cancel)
 
