@@ -52,7 +52,15 @@ def m003_corpus_uid(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE recall_corpora SET uid = lower(hex(randomblob(8)))")
 
 
-register_migrations("recall", [m001_corpora, m002_unembedded, m003_corpus_uid])
+def m004_corpus_uid_filled(conn: sqlite3.Connection) -> None:
+    """Corpora made after m003 but before their insert set a uid had none (NULL compared equal
+    across a removal and a re-creation)."""
+    conn.execute("UPDATE recall_corpora SET uid = lower(hex(randomblob(8))) WHERE uid IS NULL")
+
+
+register_migrations(
+    "recall", [m001_corpora, m002_unembedded, m003_corpus_uid, m004_corpus_uid_filled]
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,11 @@ def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int
     if not create:
         return None
     cid = int(
-        conn.execute("INSERT INTO recall_corpora (owner) VALUES (?)", (owner,)).lastrowid or 0
+        conn.execute(
+            "INSERT INTO recall_corpora (owner, uid) VALUES (?, lower(hex(randomblob(8))))",
+            (owner,),
+        ).lastrowid
+        or 0
     )
     conn.execute(
         f"CREATE VIRTUAL TABLE {fts_table(cid)} USING fts5("

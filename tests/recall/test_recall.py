@@ -187,10 +187,14 @@ def test_recreated_corpus_is_not_served_from_the_cache(recall: Recall) -> None:
     question = "What secret number was I asked to remember?"
     index_all(recall, haystack(6, SECRET, at=2))
     assert rank_of(recall, question, "semantic", 2) == 0
-    recall.disk.conn.execute("BEGIN")
     from cascade_cli.recall import index
 
+    before = index.generation(recall.disk.conn, OWNER)
+    recall.disk.conn.execute("BEGIN")
     index.forget(recall.disk.conn, OWNER)  # as a document removal does, beside the cache
     recall.disk.conn.execute("COMMIT")
     index_all(recall, haystack(6, SECRET, at=4))
+    after = index.generation(recall.disk.conn, OWNER)
+    assert before is not None and after is not None
+    assert before[0] != after[0] and after[0] != "None"  # each corpus its own uid
     assert rank_of(recall, question, "semantic", 4) == 0
