@@ -24,6 +24,7 @@ defaults (hybrid recall, budget filled with distinct hits) at --ask-window token
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from cascade_cli.config import resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.ask import AskResult, ask, ensure_indexed  # noqa: E402
+from cascade_cli.paging.ask import QUOTE, QUOTES, AskResult, ask, ensure_indexed  # noqa: E402
 from cascade_cli.paging.ingest import IngestStatus, ingest  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.sliding import SlidingWriter  # noqa: E402
@@ -260,6 +261,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", type=Path, default=None, help="write per-trial JSON lines here")
     ap.add_argument("--reindex", action="store_true", help="rebuild the base's recall index")
+    ap.add_argument(
+        "--quotes", nargs="+", default=[QUOTE], choices=QUOTES,
+        help="ask each question under each of these quote policies (scored apart)",
+    )  # fmt: skip
     args = ap.parse_args()
     set_verbose(False)
     service.EMBED_NICE = 0  # trials wait for their embeddings: don't starve them
@@ -304,22 +309,30 @@ def main() -> None:
             doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
             window = args.ruler_window if name.startswith("multi") else ask_window
             row = []
-            for label, question, values, needles in task.questions:
+            for (label, question, values, needles), quote in itertools.product(
+                task.questions, args.quotes
+            ):
                 res = AskResult(doc=doc.name)
-                answer = "".join(ask(ctx, lib, doc, question, res, window=window, max_tokens=48))
+                answer = "".join(
+                    ask(ctx, lib, doc, question, res, window=window, max_tokens=48, quote=quote)
+                )
                 ok = all(v.lower() in answer.lower() for v in values)
                 got = {c["index"] for c in res.chunks}
                 rec = all(any(c in got for c in needle_chunks[i]) for i in needles)
                 key = f"{label}@{times:g}x" if label == "niah" else label
+                key += f" [{quote}]" if len(args.quotes) > 1 else ""
                 scores.setdefault(key, []).append(int(ok))
                 recalls.setdefault(key, []).append(int(rec))
                 recall_s.append(res.timings["recall_s"])
                 ttft.append(res.timings["ttft_s"])
-                row.append(f"{label}:{'Y' if ok else 'n'}{'r' if rec else '-'}")
+                row.append(
+                    f"{label}{'/' + quote if len(args.quotes) > 1 else ''}:{'Y' if ok else 'n'}{'r' if rec else '-'}"
+                )
                 if out:
                     out.write(json.dumps({"task": key, "depth": depth, "ok": ok, "recalled": rec,
                                               "needle_chunks": needle_chunks, "chunks": sorted(got),
-                                              "answer": answer, "values": values, **res.timings}) + "\n")  # fmt: skip
+                                              "quoted": res.passages, "answer": answer,
+                                              "values": values, **res.timings}) + "\n")  # fmt: skip
                     out.flush()
             print(f"{n:3d} {name} depth {depth:.2f} {times:g}x: {' '.join(row)}", flush=True)
             lib.remove(doc)

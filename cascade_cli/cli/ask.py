@@ -15,7 +15,7 @@ from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError
-from cascade_cli.paging.ask import AskResult, ask
+from cascade_cli.paging.ask import QUOTE, QUOTES, AskResult, ask
 from cascade_cli.paging.library import Library
 
 
@@ -40,14 +40,13 @@ def ask_cmd(
         ),
     ] = 1,
     quote: Annotated[
-        int,
+        str,
         typer.Option(
             "--quote",
-            help="Best passages quoted again right before the question (0 = none; each costs "
-            "~25 tokens to decode).",
-            min=0,
+            help="Recalled passages quoted again right before the question: agree (the best "
+            "hit's, when every recall method ranked it first), tops (each method's first), off.",
         ),
-    ] = 0,
+    ] = QUOTE,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
@@ -91,6 +90,8 @@ def ask_cmd(
         seed=0xFFFFFFFF if seed is None else seed,
         repeat_penalty=repeat_penalty,
     )
+    if quote not in QUOTES:
+        raise InputError(f"unknown --quote '{quote}'", f"Use one of: {', '.join(QUOTES)}.")
     require_document(cfg, doc)  # before the model loads
     with (
         open_model(cfg) as m,

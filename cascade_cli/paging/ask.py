@@ -17,14 +17,17 @@ from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import fill
+from cascade_cli.recall.select import Hit, agreed
 from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
 #: Window order of recalled chunks ('relevance': best hit nearest the question; 'document').
 ORDER = "relevance"
-#: Best passages quoted again right before the question (one per top hit; 0 = none: each
-#: costs ~25 tokens to decode on every ask, and 4 lifted a probe from 7/11 to 8/11 answers).
-QUOTE = 0
+#: Which recalled passages are quoted again right before the question, where a small model
+#: reads best: 'agree' — the best hit's, when every recall method ranked it first; 'tops' —
+#: each method's first hit's; 'off'. A quote costs ~25 tokens to decode.
+QUOTES = ("agree", "tops", "off")
+QUOTE = "tops"
 
 
 def quiet(message: str) -> None:
@@ -78,17 +81,16 @@ def plan(
     reserve: int,
     neighbors: int = 1,
     order: str = ORDER,
-    quote: int = QUOTE,
+    quote: str = QUOTE,
     quoted: list[str] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(chunk indices to page in, in window order; question tokens) sized to fit the window
     with `reserve` left: the best distinct hits (at most `top_k` when > 0) and, where a hit's
-    best passage touches its chunk's edge, up to `neighbors` chunks beyond it. The best passage
-    of each of the first `quote` hits is quoted before the question (and appended to
-    `quoted`)."""
+    best passage touches its chunk's edge, up to `neighbors` chunks beyond it. The passages the
+    `quote` policy picks are quoted before the question (and appended to `quoted`)."""
     fr = frame(ctx.model)
     hits = lib.recall.search([doc.owner], question, mode)
-    evidence = lib.recall.passage_texts(hits[:quote])
+    evidence = lib.recall.passage_texts(to_quote(hits, quote, lib.recall.methods(mode)))
     if quoted is not None:
         quoted.extend(evidence)
     q = question_tokens(ctx.model, fr, question, evidence)
@@ -113,6 +115,15 @@ def plan(
     if not indices:  # nothing matched: the opening chunks
         indices = list(range(min(doc.chunks, budget)))
     return indices, q
+
+
+def to_quote(hits: list[Hit], policy: str, methods: int) -> list[Hit]:
+    """The hits whose best passages the `policy` (see QUOTE) quotes."""
+    if policy == "agree":
+        return hits[:1] if agreed(hits, methods) else []
+    if policy == "tops":
+        return [h for h in hits if h.tops]
+    return []
 
 
 def arrange(best_first: list[int], order: str = ORDER) -> list[int]:
@@ -170,7 +181,7 @@ def ask(
     top_k: int = 0,
     neighbors: int = 1,
     order: str = ORDER,
-    quote: int = QUOTE,
+    quote: str = QUOTE,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
     notice: Notice = quiet,

@@ -8,6 +8,8 @@ embeddings (f16, unit length) are filled in later by the write-back side and may
 
 from __future__ import annotations
 
+import itertools
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +20,8 @@ import numpy.typing as npt
 from cascade_cli.recall.passages import Passage
 from cascade_cli.store import register_migrations
 
+#: A sentence's end (closing quotes and brackets after it allowed).
+_ENDS = re.compile(r"[.!?][\"'”’)\]]*\s*$")
 #: FTS5 tokenizer: Porter stemming over unicode61 (so "remembered" meets "remember").
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -202,10 +206,11 @@ def set_vectors(
 def vectors(
     conn: sqlite3.Connection, owner: str
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float16]]:
-    """((n, 2) chunk/passage ids, (n, dim) f16 vectors) of the owner's embedded passages."""
+    """((n, 2) chunk/passage ids, (n, dim) f16 vectors) of the owner's embedded passages, in
+    document order."""
     rows = conn.execute(
         "SELECT p.chunk, p.pidx, p.vec FROM recall_passages p JOIN recall_corpora c"
-        " ON c.id = p.corpus WHERE c.owner = ? AND p.vec IS NOT NULL",
+        " ON c.id = p.corpus WHERE c.owner = ? AND p.vec IS NOT NULL ORDER BY p.chunk, p.pidx",
         (owner,),
     ).fetchall()
     if not rows:
@@ -216,12 +221,43 @@ def vectors(
 
 
 def passage(conn: sqlite3.Connection, owner: str, chunk: int, pidx: int) -> Row | None:
+    """One passage (pidx -1: the chunk's last), or None."""
     row = conn.execute(
-        "SELECT p.start, p.text FROM recall_passages p JOIN recall_corpora c ON c.id = p.corpus"
-        " WHERE c.owner = ? AND p.chunk = ? AND p.pidx = ?",
-        (owner, chunk, pidx),
+        "SELECT p.pidx, p.start, p.text FROM recall_passages p JOIN recall_corpora c"
+        " ON c.id = p.corpus WHERE c.owner = ? AND p.chunk = ? AND (p.pidx = ? OR ? < 0)"
+        " ORDER BY p.pidx DESC LIMIT 1",
+        (owner, chunk, pidx, pidx),
     ).fetchone()
-    return Row(owner, chunk, pidx, int(row[0]), str(row[1])) if row else None
+    return Row(owner, chunk, int(row[0]), int(row[1]), str(row[2])) if row else None
+
+
+def whole(conn: sqlite3.Connection, row: Row) -> str:
+    """`row`'s text, joined with the passage across its chunk's edge where its sentence runs on
+    over it (the text continues there: the next chunk's first passage starts where this one
+    ends; a conversation's turns each start at 0, so they never join)."""
+    parts = [row]
+    if row.pidx == 0:
+        before = passage(conn, row.owner, row.chunk - 1, -1)
+        if before is not None and _runs_on(before, row):
+            parts.insert(0, before)
+    last = passage(conn, row.owner, row.chunk, -1)
+    if last is not None and last.pidx == row.pidx:
+        after = passage(conn, row.owner, row.chunk + 1, 0)
+        if after is not None and _runs_on(row, after):
+            parts.append(after)
+    text = parts[0].text
+    for a, b in itertools.pairwise(parts):
+        text += (" " if b.start > _end(a) else "") + b.text
+    return text
+
+
+def _end(row: Row) -> int:
+    return row.start + len(row.text)
+
+
+def _runs_on(a: Row, b: Row) -> bool:
+    """Whether passage `b` continues `a`'s unfinished sentence."""
+    return 0 <= b.start - _end(a) <= 2 and not _ENDS.search(a.text)
 
 
 def passage_counts(conn: sqlite3.Connection, owner: str) -> dict[int, int]:

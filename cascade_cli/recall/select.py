@@ -20,6 +20,8 @@ class Hit:
     score: float
     passage: int
     via: tuple[str, ...]
+    #: the methods that ranked this chunk first
+    tops: tuple[str, ...] = ()
 
 
 def by_chunk(ranking: Sequence[PassageHit]) -> list[PassageHit]:
@@ -40,7 +42,7 @@ def fuse(rankings: Mapping[str, Sequence[PassageHit]], k: int = RRF_K) -> list[H
     score: dict[tuple[str, int], float] = {}
     best: dict[tuple[str, int], tuple[int, int]] = {}  # rank, passage
     via: dict[tuple[str, int], list[str]] = {}
-    tops: set[tuple[str, int]] = set()
+    tops: dict[tuple[str, int], list[str]] = {}
     for name, ranking in rankings.items():
         for r, h in enumerate(by_chunk(ranking)):
             key = (h.owner, h.chunk)
@@ -49,10 +51,18 @@ def fuse(rankings: Mapping[str, Sequence[PassageHit]], k: int = RRF_K) -> list[H
             if key not in best or r < best[key][0]:
                 best[key] = (r, h.pidx)
             if r == 0:
-                tops.add(key)
+                tops.setdefault(key, []).append(name)
     order = sorted(score, key=lambda key: -score[key])
     order = [key for key in order if key in tops] + [key for key in order if key not in tops]
-    return [Hit(o, c, score[(o, c)], best[(o, c)][1], tuple(via[(o, c)])) for o, c in order]
+    return [
+        Hit(o, c, score[(o, c)], best[(o, c)][1], tuple(via[(o, c)]), tuple(tops.get((o, c), ())))
+        for o, c in order
+    ]
+
+
+def agreed(hits: Sequence[Hit], methods: int) -> bool:
+    """Whether every one of `methods` recall methods ranked the best hit first."""
+    return bool(hits) and len(hits[0].tops) >= methods
 
 
 def fill(

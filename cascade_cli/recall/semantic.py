@@ -9,23 +9,25 @@ import numpy as np
 import numpy.typing as npt
 
 from cascade_cli.recall import index
+from cascade_cli.recall.context import in_context, top
 from cascade_cli.recall.lexical import PassageHit
 
 F32 = npt.NDArray[np.float32]
+IDS = npt.NDArray[np.int32]
 
 
 class VectorCache:
-    """Each owner's passage vectors as one f32 matrix, reloaded when the corpus's generation
-    changes (this or another process indexed or embedded since, or the owner's corpus was dropped
-    and made again: its uid differs); the `keep` most recently used
+    """Each owner's passage vectors as one f32 matrix (rows in document order), reloaded when the
+    corpus's generation changes (this or another process indexed or embedded since, or the
+    owner's corpus was dropped and made again: its uid differs); the `keep` most recently used
     owners stay (a book of 220k tokens is ~9k passages, 14 MB)."""
 
     def __init__(self, keep: int = 8) -> None:
-        self._mats: dict[str, tuple[tuple[str, int], npt.NDArray[np.int32], F32]] = {}
+        self._mats: dict[str, tuple[tuple[str, int], IDS, F32]] = {}
         self._lock = threading.Lock()
         self.keep = keep
 
-    def get(self, conn: sqlite3.Connection, owner: str) -> tuple[npt.NDArray[np.int32], F32]:
+    def get(self, conn: sqlite3.Connection, owner: str) -> tuple[IDS, F32]:
         version = index.generation(conn, owner)
         if version is None:
             return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float32)
@@ -50,12 +52,9 @@ class VectorCache:
 def search(
     conn: sqlite3.Connection, cache: VectorCache, owner: str, qvec: F32, limit: int = 64
 ) -> list[PassageHit]:
-    """Best passages of `owner` by cosine similarity to `qvec` (unit length), best first."""
+    """Best passages of `owner` by cosine similarity to `qvec` (unit length), in context (see
+    recall.context), best first."""
     ids, mat = cache.get(conn, owner)
     if not len(ids):
         return []
-    scores = mat @ qvec
-    k = min(limit, len(scores))
-    top = np.argpartition(-scores, k - 1)[:k]
-    top = top[np.argsort(-scores[top])]
-    return [PassageHit(owner, int(ids[i, 0]), int(ids[i, 1]), float(scores[i])) for i in top]
+    return top(owner, ids, in_context(ids, mat @ qvec), limit)

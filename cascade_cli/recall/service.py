@@ -162,6 +162,10 @@ class Recall:
                 "Pass --embed-model (e.g. minilm-l6) or use --recall bm25.",
             )
 
+    def methods(self, mode: str) -> int:
+        """How many rankings a search in `mode` fuses."""
+        return 2 if mode == "hybrid" and self.semantic else 1
+
     def search(
         self, owners: Sequence[str], query: str, mode: str = "hybrid", limit: int = 32
     ) -> list[Hit]:
@@ -192,10 +196,11 @@ class Recall:
         return fuse(rankings)[:limit]
 
     def passage_texts(self, hits: Sequence[Hit]) -> list[str]:
-        """The best passage of each hit, in order."""
+        """The best passage of each hit, in order; a sentence a chunk edge cuts is given whole
+        (joined with the part across the edge)."""
         with self.disk.lock:
             rows = [index.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
-        return [r.text for r in rows if r is not None]
+            return [index.whole(self.disk.conn, r) for r in rows if r is not None]
 
     def passage_counts(self, owner: str) -> dict[int, int]:
         with self.disk.lock:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cascade_cli.recall import Hit, Recall
-from cascade_cli.recall.select import RRF_K
+from cascade_cli.recall.select import agreed
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.pages import Page
 from cascade_cli.session.recall import strong
@@ -93,10 +93,7 @@ def worth_quoting(recall: Recall, mode: str, picked: Sequence[Hit]) -> bool:
     in hybrid mode) — the note costs a decode of up to QUOTE_TOKENS tokens at the window's
     end, worth it for a message that plainly asks about something said before, not for every
     turn that merely recalls related ones."""
-    if not picked or QUOTE_TOKENS <= 0:
-        return False
-    methods = 2 if mode == "hybrid" and recall.semantic else 1
-    return picked[0].score >= methods / (RRF_K + 1) - 1e-9
+    return QUOTE_TOKENS > 0 and agreed(picked, recall.methods(mode))
 
 
 def quote(tpl: Template, source: str, text: str) -> Page | None:
