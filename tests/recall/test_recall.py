@@ -6,10 +6,13 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cascade_cli.engine.embed import Embedder
+from cascade_cli.paging.ask import to_quote
 from cascade_cli.recall import Recall, fuse
+from cascade_cli.recall.context import in_context
 from cascade_cli.recall.lexical import PassageHit, query_terms
 from cascade_cli.recall.passages import MAX_WORDS, split
 from cascade_cli.store import DiskStore
@@ -198,3 +201,44 @@ def test_recreated_corpus_is_not_served_from_the_cache(recall: Recall) -> None:
     assert before is not None and after is not None
     assert before[0] != after[0] and after[0] != "None"  # each corpus its own uid
     assert rank_of(recall, question, "semantic", 4) == 0
+
+
+def test_semantic_scores_in_context() -> None:
+    """A passage earns a share of its neighbours' scores, across a chunk edge but not across
+    missing chunks."""
+    ids = np.array([(0, 0), (0, 1), (1, 0), (3, 0)], dtype=np.int32)
+    scores = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
+    got = in_context(ids, scores, 0.6)
+    assert got.tolist() == pytest.approx([0.3, 1.0, 0.3, 0.0])
+    assert in_context(ids, scores, 0.0) is scores
+
+
+def test_a_sentence_cut_by_a_chunk_edge_is_quoted_whole(recall: Recall) -> None:
+    first = "Rain fell all day. The best thing to do in Bath is"
+    second = " eat a sandwich in the park. Then we went home."
+    recall.index(OWNER, 0, first, 0)
+    recall.index(OWNER, 1, second, len(first))
+    hits = recall.search([OWNER], "What is the best thing to do in Bath?", "bm25")
+    assert hits[0].chunk == 0
+    assert recall.passage_texts(hits[:1]) == [
+        "Rain fell all day. The best thing to do in Bath is eat a sandwich in the park. Then"
+        " we went home."
+    ]
+    # a conversation's turns each start at 0: a turn never runs on into the next
+    recall.index("chat:1", 0, "User: my code is", 0)
+    recall.index("chat:1", 1, "Assistant: noted.", 0)
+    turn = recall.search(["chat:1"], "code", "bm25")
+    assert recall.passage_texts(turn[:1]) == ["User: my code is"]
+
+
+def test_quote_policies() -> None:
+    """'agree' quotes the best hit only when every method ranked it first; 'tops' quotes each
+    method's first."""
+    lex = [PassageHit(OWNER, c, 0, 1.0) for c in (3, 1, 2)]
+    same = fuse({"bm25": lex, "semantic": [PassageHit(OWNER, c, 0, 1.0) for c in (3, 2)]})
+    split_ = fuse({"bm25": lex, "semantic": [PassageHit(OWNER, c, 0, 1.0) for c in (2, 3)]})
+    assert [h.chunk for h in to_quote(same, "agree", 2)] == [3]
+    assert [h.chunk for h in to_quote(same, "tops", 2)] == [3]
+    assert to_quote(split_, "agree", 2) == []
+    assert {h.chunk for h in to_quote(split_, "tops", 2)} == {2, 3}
+    assert to_quote(same, "off", 2) == []
