@@ -19,6 +19,11 @@ class CascadeError(Exception):
         return f"{text}. {self.fix}" if self.fix else f"{text}."
 
 
+class Cancelled(Exception):
+    """A request was dropped before or while its prompt was decoded (its client left, or the
+    server is stopping); nothing was stored half-done."""
+
+
 class ConfigError(CascadeError):
     """A setting has an invalid value or the config file cannot be read."""
 

@@ -30,7 +30,7 @@ from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts import catalog
 from cascade_cli.prompts.render import Block, address, chain, cut, finished_turn, segments
 from cascade_cli.prompts.stops import StopScanner
-from cascade_cli.prompts.types import Message, Params, Reply, Result
+from cascade_cli.prompts.types import Message, Params, Reply, Result, Stop, never
 from cascade_cli.session import plan as planning
 from cascade_cli.session.chat import DEFAULTS
 from cascade_cli.session.pages import Page, Pages, Placed
@@ -49,9 +49,10 @@ FIX_ROOM = 8
 class _Run:
     """One request's bookkeeping."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, stop: Stop) -> None:
         self.t0 = time.perf_counter()
         self.params = params
+        self.stop = stop
         self.result = Result()
         self.decoded = 0  # prompt tokens decoded (recomputed blocks and the tail)
         self.prompt_tokens = 0
@@ -76,9 +77,10 @@ class PromptService:
 
     # ---- requests --------------------------------------------------------------------------
 
-    def chat(self, messages: list[Message], params: Params) -> Reply:
-        """Lay out and decode the conversation's prompt; the reply streams from the result."""
-        run = _Run(params)
+    def chat(self, messages: list[Message], params: Params, stop: Stop = never) -> Reply:
+        """Lay out and decode the conversation's prompt (`stop` is asked between blocks: true
+        raises Cancelled); the reply streams from the result."""
+        run = _Run(params, stop)
         self.lib.disk.take_lock()  # the writer again, unless another process writes now
         finished, open_turn, question = segments(self.tpl, messages, self.system)
         blocks, tail = chain(
@@ -106,10 +108,10 @@ class PromptService:
             self.pages.reset()  # cells no page accounts for must not outlive a failure
             raise
 
-    def complete(self, prompt: str, params: Params) -> Reply:
+    def complete(self, prompt: str, params: Params, stop: Stop = never) -> Reply:
         """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
         server does). Its full blocks are stored and reused; it must fit the window."""
-        run = _Run(params)
+        run = _Run(params, stop)
         self.lib.disk.take_lock()
         tokens = self.model.tokenize(prompt, add_special=True, parse_special=True)
         if not tokens:
@@ -167,7 +169,7 @@ class PromptService:
         return pages
 
     def _apply(self, run: _Run, target: list[Page], room: int, stash: bool | None = None) -> Placed:
-        placed = self.pages.apply(target, room=room, stash=stash)
+        placed = self.pages.apply(target, room=room, stash=stash, stop=run.stop)
         run.decoded += placed.recomputed_tokens
         return placed
 

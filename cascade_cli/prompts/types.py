@@ -7,7 +7,7 @@ responses; the service (service.py) never sees HTTP.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 #: Roles a chat message may have (OpenAI's "developer" is read as "system").
@@ -31,6 +31,14 @@ class Params:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+
+
+#: Asked between a prompt's blocks whether to give up (the request's client left).
+Stop = Callable[[], bool]
+
+
+def never() -> bool:
+    return False
 
 
 @dataclass

@@ -13,12 +13,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
-from cascade_cli.errors import CascadeError
+from cascade_cli.errors import Cancelled, CascadeError
 from cascade_cli.prompts.types import Result
 from cascade_cli.server import validate
 from cascade_cli.server.errors import ApiError, from_cascade, internal
 from cascade_cli.server.responses import Shape, now, sse
-from cascade_cli.server.worker import Cancelled, Engine, Job, Worker
+from cascade_cli.server.worker import Engine, Job, Worker
 
 log = logging.getLogger("cascade.serve")
 
@@ -84,9 +84,10 @@ class Api:
         messages, prompt, params = req.messages, req.prompt or "", req.params
 
         def run(engine: Engine) -> Any:
+            stop = job.cancelled.is_set  # checked between the prompt's blocks
             if chat:
-                return engine.chat(messages, params)
-            return engine.complete(prompt, params)
+                return engine.chat(messages, params, stop)
+            return engine.complete(prompt, params, stop)
 
         if not self.worker.alive:
             raise ApiError(

@@ -19,7 +19,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cascade_cli.prompts.types import Message, Params, Reply, Result
+from cascade_cli.errors import Cancelled
+from cascade_cli.prompts.types import Message, Params, Reply, Result, Stop, never
 
 log = logging.getLogger("cascade.serve")
 
@@ -27,9 +28,9 @@ log = logging.getLogger("cascade.serve")
 class Engine(Protocol):
     """What the worker needs from the prompt service."""
 
-    def chat(self, messages: list[Message], params: Params) -> Reply: ...
+    def chat(self, messages: list[Message], params: Params, stop: Stop = never) -> Reply: ...
 
-    def complete(self, prompt: str, params: Params) -> Reply: ...
+    def complete(self, prompt: str, params: Params, stop: Stop = never) -> Reply: ...
 
 
 @dataclass
@@ -41,10 +42,6 @@ class Backend:
     engine: Engine
     record: Callable[[Result | None, bool], None] = lambda result, failed: None
     idle: Callable[[], None] = lambda: None  # no request waiting (the store's lock is let go)
-
-
-class Cancelled(Exception):
-    """The job was dropped before it ran (its client left, or the server is stopping)."""
 
 
 #: Events a job sends its endpoint: ("started", None) once the prompt is decoded,
@@ -163,6 +160,9 @@ class Worker:
             return
         try:
             reply = job.run(backend.engine)
+        except Cancelled as exc:  # the client left while its prompt was decoded: no error
+            job.post("error", exc)
+            return
         except Exception as exc:
             self._record(backend, None, True)
             job.post("error", exc)

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from cascade_cli.engine import Context
-from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
+from cascade_cli.errors import Cancelled, ContextFullError, CorruptChunkError, NotFoundError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
@@ -103,10 +103,18 @@ class Pages:
         self.layout = []
         self.at = {}
 
-    def apply(self, target: Sequence[Page], room: int = 0, stash: bool | None = None) -> Placed:
+    def apply(
+        self,
+        target: Sequence[Page],
+        room: int = 0,
+        stash: bool | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> Placed:
         """Make the window hold `target` in order, with `room` free positions after it; pages
         already there stay where they are. `stash` overrides the window's own setting (no copy
-        into RAM of pages that were just saved, e.g. while paging a conversation through)."""
+        into RAM of pages that were just saved, e.g. while paging a conversation through).
+        `stop` is asked before each page is restored or decoded: true raises Cancelled (the
+        caller resets the window)."""
         t0 = time.perf_counter()
         done = Placed()
         if sum(p.n for p in target) + room > self.cells:
@@ -154,6 +162,8 @@ class Pages:
         self.lib.pager.prefetch(list(fresh), fresh)
         for i, p in enumerate(target):
             if p.key in fresh:
+                if stop is not None and stop():
+                    raise Cancelled("the request was cancelled while its prompt was decoded")
                 tier = self._materialize(p, fresh[p.key], "ram" if p.key in warm else "disk")
                 if not p.transient:  # a quote is no chunk: counted nowhere
                     done.tiers[tier] += 1

@@ -11,7 +11,7 @@ import pytest
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ContextFullError, InputError
+from cascade_cli.errors import Cancelled, ContextFullError, InputError
 from cascade_cli.paging.library import Library
 from cascade_cli.prompts.render import segments
 from cascade_cli.prompts.service import PromptService
@@ -247,6 +247,30 @@ def test_a_cancelled_reply_leaves_the_window_consistent(home: Path, ctx: Context
         again = svc.chat(_msgs(*CONVO), GREEDY)
         again.text()
         assert again.result.timings.cache_n > 0  # the system prompt stayed
+
+
+def test_a_request_cancelled_during_its_prompt_stops_between_blocks(
+    home: Path, ctx: Context, ref: Context
+) -> None:
+    """A client that leaves while a long prompt is decoded stops it at the next block; the
+    window holds no stray cells and the next request is answered as a fresh one would be."""
+    long = [("system", "You are a helpful assistant.")]
+    long += [("user", "Tell me about bees. " * 60), ("assistant", "Bees make honey. " * 60)]
+    long += [("user", "And wasps?")]
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # the client leaves after the first block
+
+    with _lib(home, ctx) as lib:
+        svc = PromptService(ctx, lib)
+        with pytest.raises(Cancelled):
+            svc.chat(_msgs(*long), GREEDY, stop)
+        assert len(asked) == 2  # asked again before the second block, then gave up
+        assert svc.pages.win.end == svc.pages.end == 0
+        again = svc.chat(_msgs(*long), GREEDY)
+        assert again.text() == _prefilled(svc, ref, _msgs(*long), 16)
 
 
 @pytest.mark.parametrize(
