@@ -89,7 +89,7 @@ def plan(
     best passage touches its chunk's edge, up to `neighbors` chunks beyond it. The passages the
     `quote` policy picks are quoted before the question (and appended to `quoted`)."""
     fr = frame(ctx.model)
-    hits = lib.recall.search([doc.owner], question, mode)
+    hits = lib.recall.search([doc.owner], question, mode, subject=True)
     evidence = lib.recall.passage_texts(to_quote(hits, quote, lib.recall.methods(mode)))
     if quoted is not None:
         quoted.extend(evidence)

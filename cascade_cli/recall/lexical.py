@@ -136,3 +136,19 @@ def search(
         (fts_query(question), limit),
     ).fetchall()
     return [PassageHit(owner, int(c), int(i), float(s)) for c, i, s in rows]
+
+
+def by_subject(hits: list[PassageHit]) -> list[PassageHit]:
+    """Chunks by the sum of their passages' scores (all of a query's matches): how much of the
+    chunk is about the question's words. Each keeps its best passage."""
+    total: dict[tuple[str, int], float] = {}
+    best: dict[tuple[str, int], PassageHit] = {}
+    for h in hits:
+        key = (h.owner, h.chunk)
+        total[key] = total.get(key, 0.0) + h.score
+        if key not in best or h.score > best[key].score:
+            best[key] = h
+    return [
+        PassageHit(o, c, best[(o, c)].pidx, s)
+        for (o, c), s in sorted(total.items(), key=lambda kv: -kv[1])
+    ]

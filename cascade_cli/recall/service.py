@@ -28,6 +28,8 @@ from cascade_cli.store.prefetch import lower_priority
 MODES = ("hybrid", "bm25", "semantic")
 #: Scheduling niceness of the background embedding thread (it uses what decoding leaves idle).
 EMBED_NICE = 10
+#: All of a query's lexical matches (summed per chunk for `subject`).
+ALL = 1 << 20
 #: Passages embedded per background job step.
 _BATCH = 64
 
@@ -167,15 +169,27 @@ class Recall:
         return 2 if mode == "hybrid" and self.semantic else 1
 
     def search(
-        self, owners: Sequence[str], query: str, mode: str = "hybrid", limit: int = 32
+        self,
+        owners: Sequence[str],
+        query: str,
+        mode: str = "hybrid",
+        limit: int = 32,
+        subject: bool = False,
     ) -> list[Hit]:
-        """Chunks of `owners` for `query`, best first (fused passage rankings)."""
+        """Chunks of `owners` for `query`, best first (fused passage rankings; with `subject`,
+        chunks about the question's words add weight — `ask` fills a budget of many chunks)."""
         t0 = time.perf_counter()
         rankings: dict[str, list[lexical.PassageHit]] = {}
         if mode in ("hybrid", "bm25"):
             with self.disk.lock:
-                found = [h for o in owners for h in lexical.search(self.disk.conn, o, query, limit)]
+                every = [
+                    lexical.search(self.disk.conn, o, query, ALL if subject else limit)
+                    for o in owners
+                ]
+            found = [h for hits in every for h in hits[:limit]]
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
+            if subject:
+                rankings["subject"] = lexical.by_subject([h for hits in every for h in hits])
         t1 = time.perf_counter()
         self.check(mode)
         if mode in ("hybrid", "semantic") and self.semantic:

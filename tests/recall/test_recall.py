@@ -67,8 +67,8 @@ def index_all(recall: Recall, chunks: list[str]) -> None:
     recall.flush()
 
 
-def rank_of(recall: Recall, question: str, mode: str, chunk: int) -> int:
-    ranked = [h.chunk for h in recall.search([OWNER], question, mode)]
+def rank_of(recall: Recall, question: str, mode: str, chunk: int, subject: bool = False) -> int:
+    ranked = [h.chunk for h in recall.search([OWNER], question, mode, subject=subject)]
     return ranked.index(chunk) if chunk in ranked else 999
 
 
@@ -112,6 +112,9 @@ def test_answer_beats_chunk_that_repeats_the_topic(recall: Recall) -> None:
     index_all(recall, chunks)
     for mode in ("bm25", "hybrid"):  # (embeddings alone rate the all-about-the-city chunk close)
         assert rank_of(recall, question, mode, 5) == 0, mode
+        # as ask searches: chunks about the subject add weight, the answer still leads
+        assert rank_of(recall, question, mode, 5, subject=True) == 0, mode
+        assert rank_of(recall, question, mode, 2, subject=True) <= 2, mode
     assert rank_of(recall, question, "semantic", 5) <= 1
 
 
@@ -242,3 +245,16 @@ def test_quote_policies() -> None:
     assert to_quote(split_, "agree", 2) == []
     assert {h.chunk for h in to_quote(split_, "tops", 2)} == {2, 3}
     assert to_quote(same, "off", 2) == []
+
+
+def test_a_subject_ranking_adds_weight_but_never_leads() -> None:
+    lex = [PassageHit(OWNER, c, 0, 1.0) for c in (9, 1, 2)]
+    sem = [PassageHit(OWNER, c, 0, 1.0) for c in (4, 2, 1)]
+    subject = [PassageHit(OWNER, c, 3, 1.0) for c in (7, 2, 1)]
+    plain = [h.chunk for h in fuse({"bm25": lex, "semantic": sem})]
+    fused = fuse({"bm25": lex, "subject": subject, "semantic": sem})
+    order = [h.chunk for h in fused]
+    assert set(order[:2]) == set(plain[:2]) == {9, 4}  # each method's top still leads
+    assert order.index(2) < order.index(1) and plain.index(1) < plain.index(2)  # reordered
+    assert 7 in order and next(h for h in fused if h.chunk == 7).tops == ()
+    assert next(h for h in fused if h.chunk == 2).passage == 0  # a leading method's passage
