@@ -138,17 +138,26 @@ def search(
     return [PassageHit(owner, int(c), int(i), float(s)) for c, i, s in rows]
 
 
-def by_subject(hits: list[PassageHit]) -> list[PassageHit]:
-    """Chunks by the sum of their passages' scores (all of a query's matches): how much of the
-    chunk is about the question's words. Each keeps its best passage."""
-    total: dict[tuple[str, int], float] = {}
-    best: dict[tuple[str, int], PassageHit] = {}
-    for h in hits:
-        key = (h.owner, h.chunk)
-        total[key] = total.get(key, 0.0) + h.score
-        if key not in best or h.score > best[key].score:
-            best[key] = h
-    return [
-        PassageHit(o, c, best[(o, c)].pidx, s)
-        for (o, c), s in sorted(total.items(), key=lambda kv: -kv[1])
-    ]
+def search_with_subject(
+    conn: sqlite3.Connection, owner: str, question: str, limit: int = 64
+) -> tuple[list[PassageHit], list[PassageHit]]:
+    """(the best `limit` passages as `search` gives them; chunks by the sum of all their
+    passages' scores — how much of the chunk is about the question's words — each with its best
+    passage), from one query."""
+    cid = index.corpus_id(conn, owner)
+    if cid is None or not query_terms(question):
+        return [], []
+    table = index.fts_table(cid)
+    rows = conn.execute(
+        f"SELECT chunk, pidx, -bm25({table}) AS score FROM {table}"
+        f" WHERE {table} MATCH ? ORDER BY score DESC",
+        (fts_query(question),),
+    ).fetchall()
+    total: dict[int, float] = {}
+    best: dict[int, int] = {}
+    for c, i, s in rows:  # best first: a chunk's first row is its best passage
+        total[c] = total.get(c, 0.0) + s
+        best.setdefault(c, i)
+    hits = [PassageHit(owner, int(c), int(i), float(s)) for c, i, s in rows[:limit]]
+    chunks = sorted(total.items(), key=lambda cs: -cs[1])
+    return hits, [PassageHit(owner, int(c), int(best[c]), float(s)) for c, s in chunks]

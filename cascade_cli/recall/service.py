@@ -28,8 +28,6 @@ from cascade_cli.store.prefetch import lower_priority
 MODES = ("hybrid", "bm25", "semantic")
 #: Scheduling niceness of the background embedding thread (it uses what decoding leaves idle).
 EMBED_NICE = 10
-#: All of a query's lexical matches (summed per chunk for `subject`).
-ALL = 1 << 20
 #: Passages embedded per background job step.
 _BATCH = 64
 
@@ -181,15 +179,18 @@ class Recall:
         t0 = time.perf_counter()
         rankings: dict[str, list[lexical.PassageHit]] = {}
         if mode in ("hybrid", "bm25"):
+            found, about = [], []
             with self.disk.lock:
-                every = [
-                    lexical.search(self.disk.conn, o, query, ALL if subject else limit)
-                    for o in owners
-                ]
-            found = [h for hits in every for h in hits[:limit]]
+                for o in owners:
+                    if subject:
+                        hits, chunks = lexical.search_with_subject(self.disk.conn, o, query, limit)
+                        found += hits
+                        about += chunks
+                    else:
+                        found += lexical.search(self.disk.conn, o, query, limit)
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
             if subject:
-                rankings["subject"] = lexical.by_subject([h for hits in every for h in hits])
+                rankings["subject"] = sorted(about, key=lambda h: -h.score)
         t1 = time.perf_counter()
         self.check(mode)
         if mode in ("hybrid", "semantic") and self.semantic:
