@@ -13,7 +13,8 @@ Tasks (answers scored by the needle's value appearing in the answer):
   numbers for {key} is: {value}." with similar keys, one asked), niah_multivalue (one key, 4
   values, all asked), niah_multiquery (4 keys, all asked in one question).
 
-One base ingest of the longest haystack; a shorter haystack is its first chunks (the same KV a
+--needles-only asks the same questions of a document holding only the needles (a control:
+the model's ceiling). One base ingest of the longest haystack; a shorter haystack is its first chunks (the same KV a
 shorter ingest would produce). Every trial is a document as `cascade ingest` would store it: the haystack's token stream with the
 needles written in at sentence starts; chunk KV depends only on the prefix and the previous
 window, so only the chunks whose window holds a needle are decoded again (the rest are copied,
@@ -244,6 +245,16 @@ def build(
     return catalog.find(lib.disk.conn, doc.name), needle_chunks
 
 
+def needles_document(
+    ctx: Context, lib: Library, task: Task, n: int
+) -> tuple[catalog.Document, list[list[int]]]:
+    """A document of the task's needle sentences alone (one chunk), ingested as any file is."""
+    src = WORK / f"needles-{n}.txt"
+    src.write_text(" ".join(text for _, text in task.needles) + "\n", encoding="utf-8")
+    doc = ingest(ctx, lib, src, f"trial-{n}", "utf-8", lambda status: None)
+    return doc, [[0] for _ in task.needles]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--text", type=Path, required=True)
@@ -261,6 +272,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", type=Path, default=None, help="write per-trial JSON lines here")
     ap.add_argument("--reindex", action="store_true", help="rebuild the base's recall index")
+    ap.add_argument(
+        "--needles-only", action="store_true",
+        help="control: ask each question of a document holding only its needles (the model's "
+        "ceiling without any haystack)",
+    )  # fmt: skip
     ap.add_argument(
         "--quotes", nargs="+", default=[QUOTE], choices=QUOTES,
         help="ask each question under each of these quote policies (scored apart)",
@@ -306,7 +322,10 @@ def main() -> None:
         for n, (name, depth, times) in enumerate(plan):
             n_chunks = int(times * args.window) // args.block
             task = TASKS[name](rng, depth, args.topic)
-            doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
+            if args.needles_only:
+                doc, needle_chunks = needles_document(ctx, lib, task, n)
+            else:
+                doc, needle_chunks = build(ctx, lib, base, task, n, n_chunks)
             window = args.ruler_window if name.startswith("multi") else ask_window
             row = []
             for (label, question, values, needles), quote in itertools.product(
