@@ -33,15 +33,18 @@ from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
 from cascade_cli.paging.window import Window  # noqa: E402
 
 
-def prefill_ttft(ctx: Context, window: int, chunks: list[list[int]], question: str) -> float:
-    """Time to first token when the same recalled text is prefilled from scratch."""
+def prefill_ttft(
+    ctx: Context, window: int, chunks: list[list[int]], question: str, quoted: list[str]
+) -> float:
+    """Time to first token when the same recalled text (and the passages `ask` quoted) is
+    prefilled from scratch."""
     fr = frame(ctx.model)
     win = Window(ctx, window)
     t = time.perf_counter()
     win.append(fr.prefix)
     for toks in chunks:
         win.append(toks)
-    win.append(question_tokens(ctx.model, fr, question), logits="last")
+    win.append(question_tokens(ctx.model, fr, question, quoted), logits="last")
     with Sampler(SamplerSettings(temperature=0)) as sampler:
         next(iter(generate(ctx, sampler, 0, Generation(pos=win.end), 1, limit=window)), "")
     secs = time.perf_counter() - t
@@ -84,7 +87,9 @@ def main() -> None:
             metas = [lib.disk.meta(doc.chunk_key(c["index"])) for c in res.chunks]
             tokens.append(sum(m.n_tokens for m in metas))
             scratch.append(
-                prefill_ttft(ctx, args.window, [m.tokens.tolist() for m in metas], question)
+                prefill_ttft(
+                    ctx, args.window, [m.tokens.tolist() for m in metas], question, res.passages
+                )
             )
         a, s = statistics.median(asked), statistics.median(scratch)
         print(
