@@ -51,9 +51,13 @@ def instrument() -> None:
     original = pages_mod.Pages.apply
 
     def apply(
-        self: pages_mod.Pages, target: Any, room: int = 0, stash: bool | None = None
+        self: pages_mod.Pages,
+        target: Any,
+        room: int = 0,
+        stash: bool | None = None,
+        stop: Any = None,
     ) -> pages_mod.Placed:
-        done = original(self, target, room, stash)
+        done = original(self, target, room, stash, stop)
         shifted = _probe(self.ctx)
         PROBES.append((shifted, _probe(self.ctx)))
         return done
