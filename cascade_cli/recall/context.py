@@ -34,11 +34,8 @@ def in_context(ids: IDS, scores: F32, share: float = CONTEXT) -> F32:
     return (scores + share * (prev + nxt) / 2).astype(np.float32)
 
 
-def top(owner: str, ids: IDS, scores: F32, limit: int, positive: bool = False) -> list[PassageHit]:
-    """The `limit` best-scoring passages, best first (only scores > 0 when `positive`)."""
-    if positive:
-        keep = np.flatnonzero(scores > 0)
-        ids, scores = ids[keep], scores[keep]
+def top(owner: str, ids: IDS, scores: F32, limit: int) -> list[PassageHit]:
+    """The `limit` best-scoring passages, best first."""
     k = min(limit, len(scores))
     if k <= 0:
         return []

@@ -122,20 +122,29 @@ class PassageHit:
     score: float
 
 
-def search(
-    conn: sqlite3.Connection, owner: str, question: str, limit: int = 64
-) -> list[PassageHit]:
-    """Best passages of `owner` for `question`, best first (BM25 over that corpus only)."""
+def _matches(
+    conn: sqlite3.Connection, owner: str, question: str, limit: int
+) -> list[tuple[int, int, float]]:
+    """(chunk, passage, BM25 score) of `owner`'s passages matching `question`, best first."""
     cid = index.corpus_id(conn, owner)
     if cid is None or not query_terms(question):
         return []
     table = index.fts_table(cid)
-    rows = conn.execute(
+    return conn.execute(
         f"SELECT chunk, pidx, -bm25({table}) AS score FROM {table}"
         f" WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?",
         (fts_query(question), limit),
     ).fetchall()
-    return [PassageHit(owner, int(c), int(i), float(s)) for c, i, s in rows]
+
+
+def search(
+    conn: sqlite3.Connection, owner: str, question: str, limit: int = 64
+) -> list[PassageHit]:
+    """Best passages of `owner` for `question`, best first (BM25 over that corpus only)."""
+    return [
+        PassageHit(owner, int(c), int(i), float(s))
+        for c, i, s in _matches(conn, owner, question, limit)
+    ]
 
 
 def search_with_subject(
@@ -144,15 +153,7 @@ def search_with_subject(
     """(the best `limit` passages as `search` gives them; chunks by the sum of all their
     passages' scores — how much of the chunk is about the question's words — each with its best
     passage), from one query."""
-    cid = index.corpus_id(conn, owner)
-    if cid is None or not query_terms(question):
-        return [], []
-    table = index.fts_table(cid)
-    rows = conn.execute(
-        f"SELECT chunk, pidx, -bm25({table}) AS score FROM {table}"
-        f" WHERE {table} MATCH ? ORDER BY score DESC",
-        (fts_query(question),),
-    ).fetchall()
+    rows = _matches(conn, owner, question, -1)  # every match
     total: dict[int, float] = {}
     best: dict[int, int] = {}
     for c, i, s in rows:  # best first: a chunk's first row is its best passage
