@@ -188,7 +188,7 @@ def serve(
 
         class Server(uvicorn.Server):
             async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-                api.stop_all()  # open replies end now, normally, within the grace period
+                api.stop_all()  # open replies end now (normally; a prompt mid-decode: 503)
                 await super().shutdown(sockets)
 
         server = Server(config)

@@ -25,7 +25,9 @@ Notice = Callable[[str], None]
 ORDER = "relevance"
 #: Which recalled passages are quoted again right before the question, where a small model
 #: reads best: 'agree' — the best hit's, when every recall method ranked it first; 'tops' —
-#: each method's first hit's; 'off'. A quote costs ~25 tokens to decode.
+#: each method's first hit's; 'off'. A quote is one passage (≲ 128 tokens, ~25 on average; a
+#: sentence cut by a chunk edge is joined whole) decoded on every ask; quotes that would leave
+#: no room for a chunk are dropped.
 QUOTES = ("agree", "tops", "off")
 QUOTE = "tops"
 
@@ -90,10 +92,14 @@ def plan(
     `quote` policy picks are quoted before the question (and appended to `quoted`)."""
     fr = frame(ctx.model)
     hits = lib.recall.search([doc.owner], question, mode, subject=True)
-    evidence = lib.recall.passage_texts(to_quote(hits, quote, lib.recall.methods(mode)))
+    picked = to_quote(hits, quote, lib.recall.methods(mode))
+    evidence = list(dict.fromkeys(lib.recall.passage_texts(picked)))  # one text, quoted once
+    q = question_tokens(ctx.model, fr, question, evidence)
+    if evidence and (window - len(fr.prefix) - len(q) - reserve) < doc.block_size:
+        evidence = []  # quotes never cost the last chunk's room
+        q = question_tokens(ctx.model, fr, question)
     if quoted is not None:
         quoted.extend(evidence)
-    q = question_tokens(ctx.model, fr, question, evidence)
     room = window - len(fr.prefix) - len(q) - reserve
     budget = max(0, room // doc.block_size)
     if budget == 0:

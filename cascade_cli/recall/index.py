@@ -20,6 +20,8 @@ import numpy.typing as npt
 from cascade_cli.recall.passages import Passage
 from cascade_cli.store import register_migrations
 
+#: Owners that are documents (chunks of one continuous text), not conversations.
+DOCUMENT = "doc:"
 #: A sentence's end (closing quotes and brackets after it allowed).
 _ENDS = re.compile(r"[.!?][\"'”’)\]]*\s*$")
 #: FTS5 tokenizer: Porter stemming over unicode61 (so "remembered" meets "remember").
@@ -233,9 +235,11 @@ def passage(conn: sqlite3.Connection, owner: str, chunk: int, pidx: int) -> Row 
 
 def whole(conn: sqlite3.Connection, row: Row) -> str:
     """`row`'s text, joined with the passage across its chunk's edge where its sentence runs on
-    over it (the text continues there: the next chunk's first passage starts where this one
-    ends; a conversation's turns each start at 0, so they never join)."""
+    over it (a document's text continues there: the next chunk's first passage starts where this
+    one ends). A conversation's turns are never joined."""
     parts = [row]
+    if not row.owner.startswith(DOCUMENT):
+        return row.text
     if row.pidx == 0:
         before = passage(conn, row.owner, row.chunk - 1, -1)
         if before is not None and _runs_on(before, row):

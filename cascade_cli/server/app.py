@@ -50,8 +50,9 @@ class Api:
         self.jobs: set[Job] = set()
 
     def stop_all(self) -> None:
-        """End every open request (the server is stopping): queued ones are dropped, running
-        ones stop at the next token and finish their response normally."""
+        """End every open request (the server is stopping): queued ones are dropped, one still
+        decoding its prompt stops at the next block (503), replying ones stop at the next token
+        and finish their response normally."""
         for job in list(self.jobs):
             job.cancel()
 

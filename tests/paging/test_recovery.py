@@ -9,9 +9,10 @@ import pytest
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging import catalog
-from cascade_cli.paging.ask import AskResult, ask
+from cascade_cli.paging.ask import AskResult, ask, to_quote
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame, question_tokens
 from tests.paging.helpers import write_text
 
 
@@ -68,3 +69,24 @@ def test_ask_refuses_a_window_without_room(ctx: Context, lib: Library, tmp_path:
     doc = _ingest(ctx, lib, write_text(tmp_path / "c.txt", 900), "c")
     with pytest.raises(ContextFullError, match="no room"):
         list(ask(ctx, lib, doc, "What?", AskResult(doc="c"), window=256, max_tokens=200))
+
+
+def test_quotes_are_dropped_before_they_cost_the_last_chunk(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    """A window that holds one chunk only without the quoted passages answers without them;
+    one a quote's length larger answers with them (each text quoted once)."""
+    doc = _ingest(ctx, lib, write_text(tmp_path / "q.txt", 3000), "q")
+    question = "Who wrote this License?"
+    picked = to_quote(lib.recall.search([doc.owner], question, subject=True), "tops", 2)
+    evidence = list(dict.fromkeys(lib.recall.passage_texts(picked)))
+    fr = frame(ctx.model)
+    bare = len(question_tokens(ctx.model, fr, question))
+    quoted = len(question_tokens(ctx.model, fr, question, evidence))
+    assert evidence and quoted > bare
+    tight = len(fr.prefix) + bare + 16 + doc.block_size
+    for window, expect in ((tight, []), (tight + quoted - bare, evidence)):
+        res = AskResult(doc="q")
+        list(ask(ctx, lib, doc, question, res, window=window, max_tokens=16))
+        assert res.passages == expect
+        assert len(res.chunks) == 1

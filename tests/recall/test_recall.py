@@ -204,6 +204,14 @@ def test_recreated_corpus_is_not_served_from_the_cache(recall: Recall) -> None:
     assert before is not None and after is not None
     assert before[0] != after[0] and after[0] != "None"  # each corpus its own uid
     assert rank_of(recall, question, "semantic", 4) == 0
+    # a store whose corpora were made without one (before the fix) gets them on migration
+    conn = recall.disk.conn
+    conn.execute("BEGIN")
+    conn.execute("UPDATE recall_corpora SET uid = NULL")
+    index.m004_corpus_uid_filled(conn)
+    conn.execute("COMMIT")
+    uids = [u for (u,) in conn.execute("SELECT uid FROM recall_corpora")]
+    assert uids and all(u for u in uids) and index.generation(conn, OWNER) != after
 
 
 def test_semantic_scores_in_context() -> None:
@@ -227,10 +235,10 @@ def test_a_sentence_cut_by_a_chunk_edge_is_quoted_whole(recall: Recall) -> None:
         "Rain fell all day. The best thing to do in Bath is eat a sandwich in the park. Then"
         " we went home."
     ]
-    # a conversation's turns each start at 0: a turn never runs on into the next
-    recall.index("chat:1", 0, "User: my code is", 0)
-    recall.index("chat:1", 1, "Assistant: noted.", 0)
-    turn = recall.search(["chat:1"], "code", "bm25")
+    # a conversation's turns are never joined, even where the offsets would allow it
+    recall.index("session:1", 0, "User: my code is", 0)
+    recall.index("session:1", 1, "  Assistant: noted.", 0)
+    turn = recall.search(["session:1"], "code", "bm25")
     assert recall.passage_texts(turn[:1]) == ["User: my code is"]
 
 
@@ -249,8 +257,8 @@ def test_quote_policies() -> None:
 
 def test_a_subject_ranking_adds_weight_but_never_leads() -> None:
     lex = [PassageHit(OWNER, c, 0, 1.0) for c in (9, 1, 2)]
-    sem = [PassageHit(OWNER, c, 0, 1.0) for c in (4, 2, 1)]
-    subject = [PassageHit(OWNER, c, 3, 1.0) for c in (7, 2, 1)]
+    sem = [PassageHit(OWNER, c, 0, 1.0) for c in (4, 1, 2)]
+    subject = [PassageHit(OWNER, c, 3, 1.0) for c in (2, 7)]
     plain = [h.chunk for h in fuse({"bm25": lex, "semantic": sem})]
     fused = fuse({"bm25": lex, "subject": subject, "semantic": sem})
     order = [h.chunk for h in fused]
