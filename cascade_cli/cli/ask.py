@@ -15,8 +15,9 @@ from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError
-from cascade_cli.paging.ask import QUOTE, QUOTES, AskResult, ask
+from cascade_cli.paging.ask import QUOTE, AskResult, ask
 from cascade_cli.paging.library import Library
+from cascade_cli.recall.select import QUOTES
 
 
 def ask_cmd(

@@ -17,18 +17,16 @@ from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import fill
-from cascade_cli.recall.select import Hit, agreed
+from cascade_cli.recall.select import to_quote
 from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
 #: Window order of recalled chunks ('relevance': best hit nearest the question; 'document').
 ORDER = "relevance"
 #: Which recalled passages are quoted again right before the question, where a small model
-#: reads best: 'agree' — the best hit's, when every recall method ranked it first; 'tops' —
-#: each method's first hit's; 'off'. A quote is one passage (≲ 128 tokens, ~25 on average; a
-#: sentence cut by a chunk edge is joined whole) decoded on every ask; quotes that would leave
-#: no room for a chunk are dropped.
-QUOTES = ("agree", "tops", "off")
+#: reads best (policies: recall.select.to_quote). A quote is one passage (≲ 128 tokens, ~25 on
+#: average; a sentence cut by a chunk edge is joined whole) decoded on every ask; quotes that
+#: would leave no room for a chunk are dropped.
 QUOTE = "tops"
 
 
@@ -121,15 +119,6 @@ def plan(
     if not indices:  # nothing matched: the opening chunks
         indices = list(range(min(doc.chunks, budget)))
     return indices, q
-
-
-def to_quote(hits: list[Hit], policy: str, methods: int) -> list[Hit]:
-    """The hits whose best passages the `policy` (see QUOTE) quotes."""
-    if policy == "agree":
-        return hits[:1] if agreed(hits, methods) else []
-    if policy == "tops":
-        return [h for h in hits if h.tops]
-    return []
 
 
 def arrange(best_first: list[int], order: str = ORDER) -> list[int]:

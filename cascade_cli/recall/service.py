@@ -179,17 +179,18 @@ class Recall:
         t0 = time.perf_counter()
         rankings: dict[str, list[lexical.PassageHit]] = {}
         if mode in ("hybrid", "bm25"):
-            found, about = [], []
+            found: list[lexical.PassageHit] = []
+            about: list[lexical.PassageHit] = []
             with self.disk.lock:
                 for o in owners:
                     if subject:
                         hits, chunks = lexical.search_with_subject(self.disk.conn, o, query, limit)
-                        found += hits
-                        about += chunks
                     else:
-                        found += lexical.search(self.disk.conn, o, query, limit)
+                        hits, chunks = lexical.search(self.disk.conn, o, query, limit), []
+                    found += hits
+                    about += chunks
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
-            if subject:
+            if about:
                 rankings["subject"] = sorted(about, key=lambda h: -h.score)
         t1 = time.perf_counter()
         self.check(mode)

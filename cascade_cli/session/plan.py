@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cascade_cli.recall import Hit, Recall
-from cascade_cli.recall.select import agreed
+from cascade_cli.recall.select import to_quote
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.pages import Page
 from cascade_cli.session.recall import strong
@@ -93,7 +93,7 @@ def worth_quoting(recall: Recall, mode: str, picked: Sequence[Hit]) -> bool:
     in hybrid mode) — the note costs a decode of up to QUOTE_TOKENS tokens at the window's
     end, worth it for a message that plainly asks about something said before, not for every
     turn that merely recalls related ones."""
-    return QUOTE_TOKENS > 0 and agreed(picked, recall.methods(mode))
+    return QUOTE_TOKENS > 0 and bool(to_quote(picked, "agree", recall.methods(mode)))
 
 
 def quote(tpl: Template, source: str, text: str) -> Page | None:
@@ -161,10 +161,8 @@ def plan(chat: ChatSession, text: str, need: int) -> tuple[list[Page], dict[str,
     chosen = [(h.owner, h.chunk) for h in picked]
     note = None
     current = [c for c in turns if c.turn > chat.s.turns]  # a long message's blocks
-    if worth_quoting(chat.recall, chat.lib.settings.recall, picked) and all(
-        c in recent
-        for c in current  # never a note inside the message
-    ):
+    inside = any(c not in recent for c in current)  # never a note inside the message
+    if worth_quoting(chat.recall, chat.lib.settings.recall, picked) and not inside:
         best = picked[0]
         names = {d.owner: d.name for d in chat.docs}
         source = f"From {names[best.owner]}" if best.owner in names else "Said earlier"

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from cascade_cli.engine.embed import Embedder
-from cascade_cli.paging.ask import to_quote
 from cascade_cli.recall import Recall, fuse
 from cascade_cli.recall.context import in_context
 from cascade_cli.recall.lexical import PassageHit, query_terms
 from cascade_cli.recall.passages import MAX_WORDS, split
+from cascade_cli.recall.select import to_quote
 from cascade_cli.store import DiskStore
 from tests.paging.helpers import SAMPLE
 
