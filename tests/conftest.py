@@ -47,6 +47,31 @@ def embed_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma 3 270M (sliding-window attention, iSWA cache): the second architecture."""
+    from cascade_cli.registry import resolve_model
+
+    old = os.environ.get("CASCADE_HOME")
+    os.environ["CASCADE_HOME"] = str(MODEL_HOME)
+    try:
+        return resolve_model("gemma3-270m")
+    finally:
+        if old is None:
+            os.environ.pop("CASCADE_HOME", None)
+        else:
+            os.environ["CASCADE_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def gemma(gemma_path: Path) -> Iterator[object]:
+    """Gemma 3 270M, loaded once."""
+    from cascade_cli.engine import Model
+
+    with Model(gemma_path) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
 def model(model_path: Path) -> Iterator[object]:
     """The default model, loaded once."""
     from cascade_cli.engine import Model

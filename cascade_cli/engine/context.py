@@ -76,8 +76,12 @@ class Context:
         flash_attn: str = "auto",
         type_k: int = GGML_TYPE_F16,
         type_v: int = GGML_TYPE_F16,
+        swa_full: bool = True,
     ) -> None:
         self.model = model
+        self.layout = model.cache_layout
+        self.swa_full = swa_full
+        self.layout_checked = False  # set once the store's codec has read this layout back
         self.flash_attn = resolve_flash_attn(flash_attn)
         self.type_k, self.type_v = type_k, type_v
         params = ll.llama_context_default_params()
@@ -91,6 +95,9 @@ class Context:
         params.flash_attn_type = _FLASH["on" if self.flash_attn else "off"]
         params.type_k = type_k
         params.type_v = type_v
+        # sliding-window layers keep the whole window (llama.cpp's default): a chunk restored
+        # anywhere then gives them exactly the cells a forward pass over that layout would
+        params.swa_full = swa_full
         params.no_perf = True
         handle = ll.llama_init_from_model(model.handle, params)
         if not handle:

@@ -16,7 +16,14 @@ from cascade_cli.kv.rope import Rope
 
 GGML_TYPE_F16 = 1
 GGML_TYPE_Q8_0 = 8
-_SAMPLE = 1 << 20  # bytes hashed at each of several offsets for the file identity
+_SAMPLE = 1 << 20
+#: architecture → llama.cpp built-in chat template, for GGUFs without one (base models)
+_FAMILY_TEMPLATES = {
+    "gemma": b"gemma",
+    "gemma2": b"gemma",
+    "gemma3": b"gemma",
+    "gemma3n": b"gemma",
+}  # bytes hashed at each of several offsets for the file identity
 
 
 def file_identity(path: Path) -> str:
@@ -126,6 +133,30 @@ class Model:
         )
 
     @property
+    def n_swa(self) -> int:
+        """Sliding-window size of the model's SWA layers (0: none)."""
+        return int(ll.llama_model_n_swa(self.handle))
+
+    @property
+    def cache_layout(self) -> str:
+        """How llama.cpp keeps this model's memory, i.e. the sections of its state blobs
+        (kv.sections): 'kv', 'iswa', 'hybrid' or 'recurrent'; ModelError for one cascade
+        cannot store."""
+        h = self.handle
+        arch = self.meta("general.architecture") or "?"
+        if ll.llama_model_is_hybrid(h) or ll.llama_model_is_recurrent(h):
+            kind = "hybrid" if ll.llama_model_is_hybrid(h) else "recurrent"
+            if self.n_swa > 0:
+                raise ModelError(
+                    f"{self.path.name} ({arch}) keeps a {kind} memory with sliding-window "
+                    "attention, a cache layout cascade cannot store",
+                    "Use a model with one attention cache (Llama, Qwen, Mistral), a "
+                    "sliding-window one (Gemma 2/3, gpt-oss) or a plain recurrent/hybrid one.",
+                )
+            return kind
+        return "iswa" if self.n_swa > 0 else "kv"
+
+    @property
     def n_vocab(self) -> int:
         return int(ll.llama_vocab_n_tokens(self.vocab))
 
@@ -171,6 +202,8 @@ class Model:
             f"type_k={type_k}",
             f"type_v={type_v}",
         ]
+        if self.cache_layout != "kv":  # plain models keep the fingerprints of older stores
+            parts.append(f"cache={self.cache_layout}")
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
     # -- text ------------------------------------------------------------------------------------
@@ -207,11 +240,18 @@ class Model:
         """True for end-of-generation tokens (EOS, EOT, …)."""
         return bool(ll.llama_vocab_is_eog(self.vocab, token))
 
+    @property
+    def fallback_template(self) -> bytes:
+        """llama.cpp's built-in template for a GGUF that carries none (base models): the
+        family's own turn format where llama.cpp knows it, else ChatML."""
+        arch = self.meta("general.architecture") or ""
+        return _FAMILY_TEMPLATES.get(arch, b"chatml")
+
     def apply_chat_template(
         self, messages: Sequence[tuple[str, str]], add_assistant: bool = True
     ) -> str:
         """Render (role, content) messages with the model's template (ChatML if it has none)."""
-        template = ll.llama_model_chat_template(self.handle, None) or b"chatml"
+        template = ll.llama_model_chat_template(self.handle, None) or self.fallback_template
         keep = [(r.encode(), c.encode()) for r, c in messages]
         arr = (ll.llama_chat_message * max(1, len(keep)))()
         for i, (role, content) in enumerate(keep):

@@ -5,8 +5,9 @@ llama_cpp import. Payload format: see kv.codec.
 """
 
 from cascade_cli.kv.blob import BlobHeader, KVBlob, blob_size, header, parse, serialize
-from cascade_cli.kv.codec import SCHEMES, Spec, decode, decoded_size, encode, encode_spec, info
+from cascade_cli.kv.codec import SCHEMES, Spec, encode_spec
 from cascade_cli.kv.native import available, configure
+from cascade_cli.kv.payload import decode, decoded_size, encode, info, layout_of
 
 __all__ = [
     "SCHEMES",
@@ -22,6 +23,7 @@ __all__ = [
     "encode_spec",
     "header",
     "info",
+    "layout_of",
     "parse",
     "serialize",
 ]

@@ -216,6 +216,31 @@ def _parse(buf: U8, with_kv: bool) -> tuple[BlobHeader, list[F16], list[F16]]:
     return hdr, ks, vs
 
 
+def section_size(buf: U8, off: int) -> int:
+    """Bytes of the attention section that starts at `off` of a several-section blob (after
+    its u32 magic and i32 seq_id), read from its headers alone."""
+    r = Reader(buf)
+    r.off = off
+    (n_stream,) = r.take("<I")
+    if n_stream != 1:
+        raise CodecError(f"KV blobs with {n_stream} streams are not supported (need 1)")
+    (n_cells,) = r.take("<I")
+    cells = buf[r.off : r.off + 12 * n_cells]
+    if n_cells and cells.nbytes == 12 * n_cells and np.all(cells.view("<i4")[1::3] == 1):
+        r.off += 12 * n_cells  # one sequence id a cell: the common case
+    else:
+        for _ in range(n_cells):
+            _, n_seq = r.take("<iI")
+            r.off += 4 * n_seq
+    v_trans, n_layer = _read_dims(r, n_cells)
+    if n_layer == 0:
+        return r.off - off
+    n_embd_k, _ = _layer_k(Reader(buf[r.off : r.off + 12]), 0)
+    r.off += n_layer * (12 + n_cells * n_embd_k * F16_SIZE)
+    n_embd_v, _ = _layer_v(Reader(buf[r.off : r.off + 12]), 0, v_trans)
+    return r.off + n_layer * (12 + n_cells * n_embd_v * F16_SIZE) - off
+
+
 def blob_size(hdr: BlobHeader) -> int:
     """Exact serialized size of a blob with this header."""
     if hdr.n_layer == 0:

@@ -7,15 +7,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+import numpy as np
+
 from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir, llama_version
 from cascade_cli.engine.embed import Embedder
-from cascade_cli.errors import FingerprintMismatchError
+from cascade_cli.errors import CodecError, FingerprintMismatchError, ModelError
 from cascade_cli.kv.codec import VERSION, VERSIONS
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
+from cascade_cli.paging.window import SCRATCH_SEQ
 from cascade_cli.recall import Recall
 from cascade_cli.registry import resolve_model
 from cascade_cli.store import DiskStore, Pager, RamCache
@@ -29,9 +32,49 @@ def layout() -> Layout:
     return {"llama_cpp": (llama_version(),), "payload_format": tuple(map(str, formats))}
 
 
-def _encode(blob: Any, scheme: str) -> bytes:
-    with serial():
-        return kv.encode(blob, scheme)
+_FAMILIES = "Llama, Qwen, Mistral, SmolLM (one cache) or Gemma 2/3, gpt-oss (sliding window)"
+
+
+def check_layout(ctx: Context) -> None:
+    """Refuse, before any work, a model whose memory cascade cannot store, in one line naming
+    its family and what works instead: one token is decoded into the scratch sequence and its
+    state read back through the codec (once per context)."""
+    if ctx.layout_checked:
+        return
+    model = ctx.model
+    arch = model.meta("general.architecture") or "unknown"
+    if ctx.layout in ("hybrid", "recurrent"):
+        raise ModelError(
+            f"{model.path.name} ({arch}) keeps {ctx.layout} recurrent state, which cannot be "
+            "cut into chunks and moved as cascade pages a KV cache",
+            f"Use a transformer model: {_FAMILIES}.",
+        )
+    try:
+        ctx.decode(model.tokenize("a")[:1], 0, SCRATCH_SEQ, logits="none")
+        blob = ctx.state_get(SCRATCH_SEQ)
+        back = kv.decode(kv.encode(blob, "none", layout=ctx.layout))
+        if not np.array_equal(back, blob):
+            raise CodecError("its state does not survive a round trip")
+    except CodecError as exc:
+        raise ModelError(
+            f"{model.path.name} ({arch}) keeps its KV cache in a layout cascade cannot store "
+            f"({exc.message})",
+            f"Use a model of a supported family: {_FAMILIES}.",
+        ) from None
+    finally:
+        ctx.seq_rm(SCRATCH_SEQ)
+    ctx.layout_checked = True
+
+
+class _Encode:
+    """The pager's encoder: a state blob of the context's cache layout (kv.sections)."""
+
+    def __init__(self, layout: str) -> None:
+        self.layout = layout
+
+    def __call__(self, blob: Any, scheme: str) -> bytes:
+        with serial():
+            return kv.encode(blob, scheme, layout=self.layout)
 
 
 class _Decode:
@@ -71,6 +114,7 @@ class Library:
         fingerprint of every chunk they write and restore only their own model's); documents
         and the sink keep refusing it."""
         kv.configure(library_dir())
+        check_layout(ctx)
         self.settings = settings
         self.ctx = ctx
         fingerprint = ctx.fingerprint()
@@ -96,7 +140,9 @@ class Library:
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
         decode = _Decode(rope, v_trans=not ctx.flash_attn)
-        self.pager = Pager(self.disk, self.ram, _encode, decode, writers=1, writer_nice=10)
+        self.pager = Pager(
+            self.disk, self.ram, _Encode(ctx.layout), decode, writers=1, writer_nice=10
+        )
         self.embedder_factory: Callable[[], Embedder] | None = None
         wanted = settings.embed_model.lower() != "none" and settings.recall != "bm25"
         if embed_path is None and wanted:

@@ -83,8 +83,12 @@ def template(model: Model) -> Template:
 
 def _build(model: Model) -> Template:
     render = model.apply_chat_template
-    sys_open, sys_close = _split(render([("system", _MARK)], add_assistant=False))
     user_open, user_close = _split(render([("user", _MARK)], add_assistant=False))
+    alone = render([("system", _MARK)], add_assistant=False)
+    # Templates without a system role (Gemma) fold the system prompt into the first user turn,
+    # which would make the first turn unlike the others; it becomes a user turn of its own.
+    own_role = _MARK in alone
+    sys_open, sys_close = _split(alone) if own_role else (user_open, user_close)
     plain = render([("user", _MARK)], add_assistant=False)
     opened = render([("user", _MARK)], add_assistant=True)
     if not opened.startswith(plain):
@@ -97,6 +101,8 @@ def _build(model: Model) -> Template:
     tpl = Template(model, sys_open, sys_close, user_open, user_close, header, reply_close)
     # the pieces must add up to the whole conversation, or chunks could not be concatenated
     convo = [("system", "S"), ("user", "U1"), ("assistant", "A1"), ("user", "U2")]
+    if not own_role:
+        convo = [("user", "S"), *convo[1:]]
     whole = render(convo, add_assistant=True)
     pieces = (
         f"{sys_open}S{sys_close}{user_open}U1{user_close}{header}A1{reply_close}"
