@@ -9,6 +9,8 @@ PY="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull
+# the second architecture the suite runs (sliding-window attention): Gemma 3 270M
+CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull gemma3-270m
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
