@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 from cascade_cli import kv  # noqa: E402
 from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402
-from cascade_cli.kv import codec  # noqa: E402
+from cascade_cli.kv import codec, sections  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
 
 CHUNK = 512
@@ -52,15 +52,28 @@ def kl(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     return (np.exp(lp) * (lp - lq)).sum(axis=-1)
 
 
+#: the model's cache layout (kv.sections): each attention section is coded on its own
+LAYOUT = "kv"
+
+
+def encode_spec(blob: np.ndarray, spec: codec.Spec | None, nat: bool = True) -> bytes:
+    """codec.encode_spec per attention section of a LAYOUT blob."""
+    if LAYOUT == "kv":
+        return codec.encode_spec(blob, spec, 255, nat)
+    parts = sections.split(blob, LAYOUT)
+    return sections.pack(LAYOUT, [codec.encode_spec(p, spec, 255, nat) for p in parts])
+
+
 def perturb(blob: np.ndarray, rel: float, seed: int = 0) -> np.ndarray:
     """A copy of blob with every K/V value scaled by (1 + rel·N(0,1))."""
-    out = blob.copy()
-    parsed = kv.parse(out)
+    parts = [p.copy() for p in sections.split(blob, LAYOUT)]
     rng = np.random.default_rng(seed)
-    for a in (*parsed.k, *parsed.v):
-        noise = rng.standard_normal(a.shape).astype(np.float32)
-        a[...] = a.astype(np.float32) * (1 + rel * noise)
-    return out
+    for part in parts:
+        parsed = kv.parse(part)
+        for a in (*parsed.k, *parsed.v):
+            noise = rng.standard_normal(a.shape).astype(np.float32)
+            a[...] = a.astype(np.float32) * (1 + rel * noise)
+    return sections.join(parts)
 
 
 class Harness:
@@ -110,13 +123,13 @@ def speed(blob: np.ndarray, spec: codec.Spec | None) -> dict[str, float]:
     out = np.empty(blob.size, dtype=np.uint8)
     res: dict[str, float] = {}
     for name, nat in (("np", False), ("ggml", True)):
-        payload = codec.encode_spec(blob, spec, 255, nat)
+        payload = encode_spec(blob, spec, nat)
 
         def enc(n: bool = nat) -> object:
-            return codec.encode_spec(blob, spec, 255, n)
+            return encode_spec(blob, spec, n)
 
         def dec(p: bytes = payload, n: bool = nat) -> object:
-            return codec.decode(p, out, n)
+            return kv.decode(p, out, n)
 
         res[f"enc_{name}"] = timed(enc, 2)
         res[f"dec_{name}"] = timed(dec)
@@ -135,7 +148,10 @@ def main() -> None:
     kv.configure(library_dir())
     text_path = args.text or default_text()
     model = Model(args.model)
+    global LAYOUT
+    LAYOUT = model.cache_layout
     tokens = model.tokenize(text_path.read_text(encoding="utf-8", errors="replace"))
+    print(f"model: {args.model.name} ({LAYOUT} cache)")
     print(f"text: {text_path.name} ({len(tokens)} tokens), native kernels: {kv.available()}")
     h = Harness(model, tokens, args.chunks, args.flash)
     raw = h.cases[0][0].nbytes
@@ -153,10 +169,10 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, spec in specs.items():
-        payload = codec.encode_spec(h.cases[0][0], spec)
+        payload = encode_spec(h.cases[0][0], spec)
 
         def roundtrip(b: np.ndarray, s: codec.Spec | None = spec) -> np.ndarray:
-            return codec.decode(codec.encode_spec(b, s))
+            return kv.decode(encode_spec(b, s))
 
         mean, mx = h.score(roundtrip)
         zl = len(zlib.compress(payload, 6)) / raw

@@ -109,7 +109,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             disk = DiskStore.open(Path(tmp) / "store", ctx.fingerprint())
             ram = RamCache(4 * raw, stats=disk.stats)
-            pager = Pager(disk, ram, kv.encode, kv.decode, readers=args.threads)
+            layout = model.cache_layout
+
+            def encode(blob: object, scheme: str) -> bytes:
+                return kv.encode(blob, scheme, layout=layout)  # type: ignore[arg-type]
+
+            pager = Pager(disk, ram, encode, kv.decode, readers=args.threads)
             metas = []
             for i, b in enumerate(blobs):
                 p = i * args.block
@@ -123,7 +128,7 @@ def main() -> None:
                     pos=p,
                     scheme=args.scheme,
                 )
-                metas.append(disk.put(meta, kv.encode(b, args.scheme)))
+                metas.append(disk.put(meta, encode(b, args.scheme)))
             files = sorted((Path(tmp) / "store" / "data").rglob("*.kv"))
             stored = sum(f.stat().st_size for f in files)
             cold, cold_get, plain = [], [], []

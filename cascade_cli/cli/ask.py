@@ -96,7 +96,9 @@ def ask_cmd(
     require_document(cfg, doc)  # before the model loads
     with (
         open_model(cfg) as m,
-        open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,
+        # laid out once in position order, never slid: sliding-window layers need only the
+        # cells a decode still sees (swa_full off: 3.4x less KV memory at 16k on Gemma 3)
+        open_context(cfg, m, extra_tokens=cfg.block_size + 256, swa_full=False) as ctx,
         Library(cfg, ctx, mode="shared", embed_path=embed_path(cfg)) as lib,
     ):
         lib.recall.preload()

@@ -85,9 +85,16 @@ def open_model(settings: Settings) -> Iterator[Model]:
 
 @contextmanager
 def open_context(
-    settings: Settings, model: Model, extra_tokens: int = 0, n_seq_max: int = 4
+    settings: Settings,
+    model: Model,
+    extra_tokens: int = 0,
+    n_seq_max: int = 4,
+    swa_full: bool = True,
 ) -> Iterator[Context]:
-    """A context whose window is gpu_cache_size tokens, plus room for scratch sequences."""
+    """A context whose window is gpu_cache_size tokens, plus room for scratch sequences.
+    `swa_full=False` (sliding-window models): the SWA layers keep only the cells a decode can
+    still see — exact for a window laid out once in position order and never slid (ask), not
+    for windows that slide old positions back into view (ingest, chat, serve)."""
     trained = model.n_ctx_train
     if 0 < trained < settings.gpu_cache_size:
         raise ConfigError(
@@ -103,6 +110,7 @@ def open_context(
         n_batch=max(n_batch, 64),
         n_threads=settings.n_threads,
         flash_attn=settings.flash_attn,
+        swa_full=swa_full,
     ) as ctx:
         yield ctx
 

@@ -95,8 +95,9 @@ class Context:
         params.flash_attn_type = _FLASH["on" if self.flash_attn else "off"]
         params.type_k = type_k
         params.type_v = type_v
-        # sliding-window layers keep the whole window (llama.cpp's default): a chunk restored
-        # anywhere then gives them exactly the cells a forward pass over that layout would
+        # swa_full (llama.cpp's default): sliding-window layers keep the whole window, so a
+        # window that slides still holds every cell a decode can see; off, they keep
+        # n_swa x n_seq_max + n_ubatch cells and reuse those that fell out of the window
         params.swa_full = swa_full
         params.no_perf = True
         handle = ll.llama_init_from_model(model.handle, params)
