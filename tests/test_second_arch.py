@@ -133,3 +133,13 @@ def test_serve_reuses_a_prompt_before_and_after_a_restart(ghome: Path) -> None:
         assert second.stop() == 0, second.stderr()
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= prompt - 16, warm
     assert warm["choices"][0]["message"] == cold["choices"][0]["message"]
+
+
+def test_a_model_whose_state_cascade_cannot_store_is_refused_before_any_work(
+    ghome: Path, embed_model_path: Path, tmp_path: Path
+) -> None:
+    text = write_text(tmp_path / "t.txt", 3000)
+    args = ["--model", str(embed_model_path), "--gpu-cache-size", "512", "--block-size", "128"]
+    proc = cli(["ingest", str(text), "--name", "enc", *args], ghome)
+    assert_one_line_error(proc, "(bert) keeps no KV cache")
+    assert "enc" not in cli(["docs"], ghome).stdout  # nothing was started

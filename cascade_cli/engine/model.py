@@ -17,6 +17,8 @@ from cascade_cli.kv.rope import Rope
 GGML_TYPE_F16 = 1
 GGML_TYPE_Q8_0 = 8
 _SAMPLE = 1 << 20
+#: sliding-window models whose window is aligned to absolute positions (LLAMA_SWA_TYPE_CHUNKED)
+_CHUNKED_ATTENTION = frozenset({"llama4"})
 #: architecture → llama.cpp built-in chat template, for GGUFs without one (base models)
 _FAMILY_TEMPLATES = {
     "gemma": b"gemma",
@@ -154,6 +156,13 @@ class Model:
                     "sliding-window one (Gemma 2/3, gpt-oss) or a plain recurrent/hybrid one.",
                 )
             return kind
+        if self.n_swa > 0 and arch in _CHUNKED_ATTENTION:
+            raise ModelError(
+                f"{self.path.name} ({arch}) uses chunked attention, whose visible cells depend "
+                "on absolute positions, so its chunks cannot be moved in the window",
+                "Use a model with one attention cache (Llama 3, Qwen, Mistral) or a "
+                "sliding-window one (Gemma 2/3, gpt-oss).",
+            )
         return "iswa" if self.n_swa > 0 else "kv"
 
     @property

@@ -52,6 +52,12 @@ def check_layout(ctx: Context) -> None:
     try:
         ctx.decode(model.tokenize("a")[:1], 0, SCRATCH_SEQ, logits="none")
         blob = ctx.state_get(SCRATCH_SEQ)
+        if blob.nbytes <= 8:  # the magic and sequence id alone: no memory at all
+            raise ModelError(
+                f"{model.path.name} ({arch}) keeps no KV cache: it is an embedding or encoder "
+                "model, not one that generates text",
+                f"Use a generative model: {_FAMILIES}.",
+            )
         back = kv.decode(kv.encode(blob, "none", layout=ctx.layout))
         if not np.array_equal(back, blob):
             raise CodecError("its state does not survive a round trip")
