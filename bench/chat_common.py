@@ -11,7 +11,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_HOME = Path(os.environ.get("CASCADE_TEST_HOME", ROOT / ".cascade-test"))
-MODEL = MODEL_HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: the generator: BENCH_MODEL (a .gguf path) or the default model
+MODEL = Path(
+    os.environ.get("BENCH_MODEL", MODEL_HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+)
 WORK = ROOT / "bench" / ".work"
 TEXT = ROOT / "bench" / "data" / "emma.txt"
 
@@ -29,7 +32,8 @@ def home(name: str) -> Path:
 
 def env(where: Path, threads: int = 1) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": str(threads)}
+    chosen = {"CASCADE_MODEL": str(MODEL)} if "BENCH_MODEL" in os.environ else {}
+    return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": str(threads), **chosen}
 
 
 def chat(

@@ -134,7 +134,8 @@ TASKS: dict[str, Callable[[random.Random, float, str], Task]] = {
 
 def base_document(ctx: Context, lib: Library, text: Path, n_tokens: int) -> catalog.Document:
     """Ingest (or reuse) the first n_tokens of the text."""
-    name = f"base-{text.stem}-{n_tokens}"
+    stem = "" if Path(ctx.model.path) == MODEL else f"{Path(ctx.model.path).stem}-"
+    name = f"base-{stem}{text.stem}-{n_tokens}"
     src = WORK / f"{name}.txt"
     if not src.exists():
         toks = ctx.model.tokenize(text.read_text(encoding="utf-8"))[:n_tokens]
@@ -259,6 +260,7 @@ def needles_document(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--text", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=MODEL, help="the generator (a .gguf path)")
     ap.add_argument("--topic", required=True, help="a place the text mentions often")
     ap.add_argument("--window", type=int, default=2048, help="ingest window")
     ap.add_argument("--ask-window", type=int, default=0, help="ask window (default: --window)")
@@ -288,7 +290,8 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     cfg = resolve(
         {"gpu_cache_size": args.window, "block_size": args.block, "compression": "q4",
-         "disk_cache_path": str(WORK / "store"), "memory_cache_size": "256MiB"},
+         "disk_cache_path": str(WORK / ("store" if args.model == MODEL else f"store-{args.model.stem}")),
+         "memory_cache_size": "256MiB"},
         config_file=None,
     )  # fmt: skip
     rng = random.Random(args.seed)
@@ -300,7 +303,7 @@ def main() -> None:
     recall_s: list[float] = []
     ttft: list[float] = []
     with (
-        Context(Model(MODEL), n_ctx, 3, args.block, cfg.n_threads, "off") as ctx,
+        Context(Model(args.model), n_ctx, 3, args.block, cfg.n_threads, "off") as ctx,
         Library(cfg, ctx, embed_path=EMBED) as lib,
     ):
         for stale in catalog.documents(lib.conn, include_partial=True):

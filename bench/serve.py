@@ -37,7 +37,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import TEXT, filler, home  # noqa: E402
+from bench.chat_common import MODEL, TEXT, filler, home  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 DIRECT = "What is my locker code? Answer with the number only."
@@ -53,7 +53,8 @@ def _port() -> int:
 def _env(where: Path) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     threads = os.environ.get("CASCADE_THREADS", "2")
-    return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": threads}
+    chosen = {"CASCADE_MODEL": str(MODEL)} if "BENCH_MODEL" in os.environ else {}
+    return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": threads, **chosen}
 
 
 class Server:

@@ -55,6 +55,7 @@ def prefill_ttft(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--doc", default="base-persuasion-32000")
+    ap.add_argument("--model", type=Path, default=MODEL, help="the generator (a .gguf path)")
     ap.add_argument("--book", default="persuasion")
     ap.add_argument("--questions", type=int, default=8)
     ap.add_argument("--window", type=int, default=4096)
@@ -65,11 +66,12 @@ def main() -> None:
     questions = [q["q"] for q in json.loads(qfile.read_text())["questions"]][: args.questions]
     cfg = resolve(
         {"gpu_cache_size": args.window, "block_size": args.block, "compression": "q4",
-         "disk_cache_path": str(WORK / "store"), "memory_cache_size": "256MiB"},
+         "disk_cache_path": str(WORK / ("store" if args.model == MODEL else f"store-{args.model.stem}")),
+         "memory_cache_size": "256MiB"},
         config_file=None,
     )  # fmt: skip
     with (
-        Context(Model(MODEL), args.window + args.block + 256, 3, args.block, cfg.n_threads, "off") as ctx,
+        Context(Model(args.model), args.window + args.block + 256, 3, args.block, cfg.n_threads, "off") as ctx,
         Library(cfg, ctx, mode="shared", embed_path=EMBED) as lib,
     ):  # fmt: skip
         doc = catalog.find(lib.conn, args.doc)

@@ -46,12 +46,12 @@ def decode(
     if not sections.is_sectioned(payload):
         return codec.decode(payload, out, native_kernels, at, rope, v_trans)
     layout, payloads = sections.unpack(payload)
+    if at is not None and layout in ("hybrid", "recurrent"):
+        raise CodecError("recurrent state cannot be moved to another position")
     parts = [
         codec.decode(p, None, native_kernels, at, rope, v_trans) if kind == "kv" else p
         for kind, p in zip(sections.LAYOUTS[layout], payloads, strict=True)
     ]
-    if at is not None and layout in ("hybrid", "recurrent"):
-        raise CodecError("recurrent state cannot be moved to another position")
     return sections.join(parts, out)
 
 

@@ -107,3 +107,35 @@ def test_sectioned_payload_damage_is_refused() -> None:
         sections.unpack(b"CKVS\x01\x07\x02\x00" + bytes(16))
     with pytest.raises(CodecError, match="unknown KV layout"):
         kv.encode(b"", "q8", layout="mamba")
+
+
+def _recurrent_section(n_layer: int = 3, rows: int = 40, seed: int = 0) -> bytes:
+    """A recurrent section as llama_memory_recurrent writes it for one sequence: one cell (its
+    last position, no sequence ids), s_trans 0, then R and S rows per layer (f32)."""
+    import struct
+
+    rng = np.random.default_rng(seed)
+    out = [struct.pack("<IiI", 1, 299, 0), struct.pack("<II", 0, n_layer)]
+    for _ in range(2 * n_layer):  # R rows, then S rows
+        out.append(
+            struct.pack("<iQ", 0, rows * 4) + rng.standard_normal(rows, np.float32).tobytes()
+        )
+    return b"".join(out)
+
+
+def test_hybrid_and_recurrent_sections_travel_verbatim(real_blob: np.ndarray) -> None:
+    rs = _recurrent_section()
+    hybrid = np.concatenate([real_blob, np.frombuffer(rs, dtype=np.uint8)])
+    attn, rec = sections.split(hybrid, "hybrid")
+    assert np.array_equal(attn, real_blob) and bytes(rec[8:]) == rs
+    for scheme in ("none", "q8", "q4"):
+        payload = kv.encode(hybrid, scheme, layout="hybrid")
+        assert kv.layout_of(payload) == "hybrid"
+        back = kv.decode(payload)
+        assert bytes(sections.split(back, "hybrid")[1][8:]) == rs  # recurrent state exact
+        assert kv.decoded_size(payload) == hybrid.nbytes
+    with pytest.raises(CodecError, match="cannot be moved"):
+        kv.decode(kv.encode(hybrid, "q8", layout="hybrid"), at=10, rope=None)
+    recurrent = np.concatenate([real_blob[:8], np.frombuffer(rs, dtype=np.uint8)])
+    payload = kv.encode(recurrent, "q4", layout="recurrent")
+    assert np.array_equal(kv.decode(payload), recurrent)
