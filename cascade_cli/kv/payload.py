@@ -40,18 +40,27 @@ def decode(
     at: int | None = None,
     rope: Rope | None = None,
     v_trans: bool | None = None,
+    swa: bool = True,
 ) -> kvblob.U8:
     """Rebuild a ready-to-restore blob (see codec.decode; every attention section is moved to
-    `at` and given `v_trans` alike; recurrent state comes back as it was saved)."""
+    `at` and given `v_trans` alike; recurrent state comes back as it was saved).
+
+    `swa=False` leaves a sliding-window model's SWA section out (decoded as an empty section,
+    without dequantizing it): for a chunk that will sit more than n_swa positions before
+    anything decoded after it, in a window that never slides, those cells are never seen."""
     if not sections.is_sectioned(payload):
         return codec.decode(payload, out, native_kernels, at, rope, v_trans)
     layout, payloads = sections.unpack(payload)
     if at is not None and layout in ("hybrid", "recurrent"):
         raise CodecError("recurrent state cannot be moved to another position")
-    parts = [
-        codec.decode(p, None, native_kernels, at, rope, v_trans) if kind == "kv" else p
-        for kind, p in zip(sections.LAYOUTS[layout], payloads, strict=True)
-    ]
+    parts = []
+    for i, (kind, p) in enumerate(zip(sections.LAYOUTS[layout], payloads, strict=True)):
+        if kind == "rs":
+            parts.append(p)
+        elif i == 1 and layout == "iswa" and not swa:
+            parts.append(sections.empty_like(parts[0]))
+        else:
+            parts.append(codec.decode(p, None, native_kernels, at, rope, v_trans))
     return sections.join(parts, out)
 
 

@@ -108,6 +108,12 @@ def join(parts: list[kvblob.U8], out: kvblob.U8 | None = None) -> kvblob.U8:
     return out[:size]
 
 
+def empty_like(part: kvblob.U8) -> kvblob.U8:
+    """A stand-alone attention section holding no cells (n_stream 1, cell_count 0), with the
+    prefix of `part`: restoring it leaves that cache as it is."""
+    return np.concatenate([part[:_PREFIX], np.frombuffer(struct.pack("<II", 1, 0), np.uint8)])
+
+
 def is_sectioned(payload: kvblob.BlobLike) -> bool:
     """Whether a payload is a several-section container (not a bare CKVP payload)."""
     buf = kvblob.as_u8(payload)

@@ -146,6 +146,7 @@ def _place(
     warm: set[str],
     fresh: dict[str, Any],
     result: AskResult,
+    slim: set[str],
 ) -> tuple[int, ChunkMeta | None]:
     """Place the chunks after the sink; (tokens restored, the first damaged chunk or None)."""
     result.chunks = []
@@ -156,12 +157,25 @@ def _place(
             tier = "recomputed"
         else:
             try:
-                restored += win.place(lib.pager.get(meta.key, at=win.end))
+                state = lib.pager.get(meta.key, at=win.end, slim=meta.key in slim)
+                restored += win.place(state)
             except CorruptChunkError:
                 return restored, meta
             tier = "ram" if meta.key in warm else "disk"
         result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
     return restored, None
+
+
+def far_from_the_end(
+    ctx: Context, metas: list[ChunkMeta], at: dict[str, int], end: int
+) -> set[str]:
+    """Keys of chunks whose every cell will sit n_swa or more positions before `end`, where
+    decoding starts: a sliding-window model's SWA layers never see them, so only their
+    full-attention section is decoded and restored (this window is never slid)."""
+    if ctx.layout != "iswa":
+        return set()
+    n_swa = ctx.model.n_swa
+    return {m.key for m in metas if at[m.key] + m.n_tokens <= end - n_swa}
 
 
 def ask(
@@ -213,14 +227,15 @@ def ask(
     for meta in metas:
         at[meta.key] = pos
         pos += meta.n_tokens
-    lib.pager.prefetch([sink_key(prefix), *keys], at)
+    slim = far_from_the_end(ctx, metas, at, pos)
+    lib.pager.prefetch([sink_key(prefix), *keys], at, slim)
     t_plan = time.perf_counter()
     fresh: dict[str, Any] = {}  # damaged chunks recomputed in their own context
     sink_tier = ""
     while True:
         tier = place_sink(lib, win, prefix, doc.scheme)
         sink_tier = sink_tier or tier  # the first pass's: later ones find it in RAM
-        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result)
+        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result, slim)
         if damaged is None:
             break
         # never serve bad bytes: recompute the chunk where ingest made it, then start over

@@ -92,9 +92,9 @@ class _Decode:
         self.rope = rope
         self.v_trans = v_trans
 
-    def __call__(self, payload: bytes, at: int | None = None) -> Any:
+    def __call__(self, payload: bytes, at: int | None = None, slim: bool = False) -> Any:
         at = at if self.rope is not None else None
-        return kv.decode(payload, at=at, rope=self.rope, v_trans=self.v_trans)
+        return kv.decode(payload, at=at, rope=self.rope, v_trans=self.v_trans, swa=not slim)
 
 
 class Library:

@@ -22,7 +22,9 @@ from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
 
 Encode = Callable[[Any, str], bytes]
-#: decode(payload) -> state, or decode(payload, at) -> the state moved to start at position `at`
+#: decode(payload) -> state, or decode(payload, at) -> the state moved to start at position `at`;
+#: decode(payload, at=at, slim=True) -> without the sections a far-from-the-end chunk does not
+#: need (a sliding-window model's SWA cache; see kv.payload.decode)
 Decode = Callable[..., Any]
 
 
@@ -78,21 +80,29 @@ class Pager:
         self._saving: dict[str, Future[ChunkMeta]] = {}
         self._errors: list[BaseException] = []
         self._backlog: list[tuple[str, int | None]] = []
+        self._slim: set[str] = set()  # keys the last prefetch wants decoded slim
         self._gen: dict[str, int] = {}  # bumped by save(): loads begun earlier are stale
 
     # ---- reads -------------------------------------------------------------------------------
 
-    def prefetch(self, keys: Iterable[str], at: Mapping[str, int] | None = None) -> int:
+    def prefetch(
+        self,
+        keys: Iterable[str],
+        at: Mapping[str, int] | None = None,
+        slim: Iterable[str] = (),
+    ) -> int:
         """Start loading the chunks ``keys`` will need next (in that order); returns how many
         loads were started now. Keys already in RAM or in flight are skipped; finished loads of
         keys no longer wanted are dropped. At most ``max_prefetch`` states are in flight or loaded
         and not yet taken; the rest wait in a backlog that refills as ``get`` takes states
         (replaced by the next call).
-        ``at`` maps keys to the position their chunk should start at once decoded.
+        ``at`` maps keys to the position their chunk should start at once decoded; keys in
+        ``slim`` are decoded slim (never cached in RAM: the RAM tier holds whole states).
         """
         wanted = list(dict.fromkeys(keys))
         targets = dict(at or {})
         with self._lock:
+            self._slim = set(slim)
             keep = set(wanted)
             for key in [k for k in self._reading if k not in keep]:
                 self._reading.pop(key).cancel()  # a running load finishes and fills RAM
@@ -111,11 +121,11 @@ class Pager:
             key, at = self._backlog.pop(0)
             if key in self._reading or key in self.ram:
                 continue
-            self._reading[key] = self._readers.submit(self._load, key, at)
+            self._reading[key] = self._readers.submit(self._load, key, at, key in self._slim)
             started.append(key)
         return started
 
-    def get(self, key: str, at: int | None = None) -> Any:
+    def get(self, key: str, at: int | None = None, slim: bool = False) -> Any:
         """The ready state of ``key``; raises NotFoundError / CorruptChunkError from the disk.
 
         A state loaded here (not prefetched, not in RAM) is decoded at ``at`` when given; states
@@ -131,15 +141,17 @@ class Pager:
         state = self.ram.get(key)
         if state is not None:
             return state
-        return self._load(key, at)[0]
+        return self._load(key, at, slim)[0]
 
-    def _load(self, key: str, at: int | None = None) -> tuple[Any, bool]:
+    def _load(self, key: str, at: int | None = None, slim: bool = False) -> tuple[Any, bool]:
         with self._lock:
             pending = self._saving.get(key)
             gen = self._gen.get(key, 0)
         if pending is not None:
             wait([pending])
         payload = self.disk.get(key)
+        if slim:
+            return self._decode(payload, at=at, slim=True), False
         state = self._decode(payload) if at is None else self._decode(payload, at)
         with self._lock:  # a save() since this load began makes its state stale: not cached
             cached = self._gen.get(key, 0) == gen and self.ram.put(key, state)
