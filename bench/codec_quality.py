@@ -143,6 +143,11 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--flash", default="off")
     ap.add_argument("--explore", action="store_true", help="also score alternative specs")
+    ap.add_argument(
+        "--per-section",
+        action="store_true",
+        help="several-section models: also score each scheme on one section at a time",
+    )
     args = ap.parse_args()
     set_verbose(False)
     kv.configure(library_dir())
@@ -188,6 +193,28 @@ def main() -> None:
             f"{zl:.3f} | {t} |",
             flush=True,
         )
+    if args.per_section and LAYOUT != "kv":
+        per_section(h)
+
+
+def per_section(h: Harness) -> None:
+    """KL of each shipped scheme applied to one attention section, the others kept exact."""
+    kinds = sections.LAYOUTS[LAYOUT]
+    print("\n| scheme | " + " | ".join(f"only section {i + 1}" for i in range(len(kinds))) + " |")
+    print("|---|" + "---|" * len(kinds))
+    for name in ("q8", "q4"):
+        spec = codec.SCHEMES[name][1]
+        row = []
+        for only in range(len(kinds)):
+
+            def one(b: np.ndarray, only: int = only, spec: codec.Spec | None = spec) -> np.ndarray:
+                parts = sections.split(b, LAYOUT)
+                parts[only] = codec.decode(codec.encode_spec(parts[only], spec))
+                return sections.join(parts)
+
+            mean, mx = h.score(one)
+            row.append(f"{mean:.4f} (max {mx:.3f})")
+        print(f"| {name} | " + " | ".join(row) + " |", flush=True)
 
 
 R, RV, C = codec.ROT_K, codec.ROT_V, codec.CENTER_K
