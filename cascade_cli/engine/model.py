@@ -16,7 +16,7 @@ from cascade_cli.kv.rope import Rope
 
 GGML_TYPE_F16 = 1
 GGML_TYPE_Q8_0 = 8
-_SAMPLE = 1 << 20
+_SAMPLE = 1 << 20  # bytes hashed at each of several offsets for the file identity
 #: sliding-window models whose window is aligned to absolute positions (LLAMA_SWA_TYPE_CHUNKED)
 _CHUNKED_ATTENTION = frozenset({"llama4"})
 #: architecture → llama.cpp built-in chat template, for GGUFs without one (base models)
@@ -25,7 +25,7 @@ _FAMILY_TEMPLATES = {
     "gemma2": b"gemma",
     "gemma3": b"gemma",
     "gemma3n": b"gemma",
-}  # bytes hashed at each of several offsets for the file identity
+}
 
 
 def file_identity(path: Path) -> str:
@@ -152,8 +152,8 @@ class Model:
                 raise ModelError(
                     f"{self.path.name} ({arch}) keeps a {kind} memory with sliding-window "
                     "attention, a cache layout cascade cannot store",
-                    "Use a model with one attention cache (Llama, Qwen, Mistral), a "
-                    "sliding-window one (Gemma 2/3, gpt-oss) or a plain recurrent/hybrid one.",
+                    "Use a model with one attention cache (Llama, Qwen, Mistral) or a "
+                    "sliding-window one (Gemma 2/3, gpt-oss).",
                 )
             return kind
         if self.n_swa > 0 and arch in _CHUNKED_ATTENTION:
