@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.state import out, settings
+from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.server import stats as server_stats
@@ -107,9 +107,9 @@ def stats(
         docs.add_column(col)
     for d in data["documents"]:
         docs.add_row(
-            d["name"],
+            shown(d["name"]),
             str(d["version"]),
-            d["status"],
+            shown(d["status"]),
             str(d["tokens"]),
             str(d["chunks"]),
             _size(d["bytes"]),
@@ -121,7 +121,7 @@ def stats(
         chats.add_column(col)
     for c in data["sessions"]:
         chats.add_row(
-            c["name"], str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
+            shown(c["name"]), str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
             c["compression"],
         )  # fmt: skip
     out.print(chats)

@@ -11,7 +11,7 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import open_context, open_model
-from cascade_cli.cli.state import out, settings
+from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.config import Settings
 from cascade_cli.errors import NotFoundError, StoreLockedError
 from cascade_cli.paging import catalog
@@ -95,12 +95,12 @@ def verify(
     else:
         files = "" if report.files is None else f", {report.files} files"
         out.print(
-            f"verify {report.store}: {report.chunks} chunks, {report.documents} documents{files}"
+            shown(f"verify {report.store}: {report.chunks} chunks, {report.documents} documents{files}")
         )
         for f in report.damaged:
-            out.print(f"damaged: {f.line()}")
+            out.print(shown(f"damaged: {f.line()}"))
         for note in report.notes:
-            out.print(f"note: {note}")
+            out.print(shown(f"note: {note}"))
         out.print("store clean" if report.clean else f"{len(report.damaged)} problem(s) found")
     if not report.clean:
         raise typer.Exit(1)
