@@ -122,6 +122,7 @@ class Settings:
     max_messages: int = 1024
     max_queue: int = 16
     max_reply_tokens: int = 4096
+    api_cache_budget: int = 2 * 1024**3  # the server's stored conversations (0: no limit)
 
     @property
     def n_threads(self) -> int:
@@ -158,7 +159,7 @@ def parse_origins(value: object) -> tuple[str, ...]:
 
 
 def _coerce(key: str, value: Any) -> Any:
-    if key in ("memory_cache_size", "disk_cache_budget", "max_body_size"):
+    if key in ("memory_cache_size", "disk_cache_budget", "max_body_size", "api_cache_budget"):
         size = parse_size(value, key)
         if key == "max_body_size" and size < 1024:
             raise ConfigError(f"invalid {key}: {value!r} is below 1KiB", "Use 1KiB or more.")

@@ -72,7 +72,9 @@ def _stats(session: ChatSession) -> None:
     t, last = session.totals, session.last
     tiers = " · ".join(f"{k} {t.tiers.get(k, 0)}" for k in ("window", "ram", "disk", "recomputed"))
     s = session.s
-    out.print(f"session {shown(s.name)}: {s.turns} turns, {s.tokens} tokens, window {session.window}")
+    out.print(
+        f"session {shown(s.name)}: {s.turns} turns, {s.tokens} tokens, window {session.window}"
+    )
     out.print(f"chunk hits: {tiers}")
     out.print(
         f"restore: {t.restored_tokens} tokens in {t.restore_s:.3f}s · prefill: "
@@ -80,9 +82,11 @@ def _stats(session: ChatSession) -> None:
         f"{t.gen_tokens / t.gen_s if t.gen_s else 0:.1f} tok/s"
     )
     out.print(
-        shown(f"last turn: first token {last.ttft_s:.3f}s (recall {last.recall_s * 1000:.0f} ms, "
-        f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
-        f"recalled: {', '.join(last.recalled) or '-'}")
+        shown(
+            f"last turn: first token {last.ttft_s:.3f}s (recall {last.recall_s * 1000:.0f} ms, "
+            f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
+            f"recalled: {', '.join(last.recalled) or '-'}"
+        )
     )
 
 

@@ -95,6 +95,20 @@ def sessions_cmd(
     out.print(table)
 
 
+def _rm_api(path: Path) -> None:
+    """Remove the server's stored conversations (waits for a server's request to finish)."""
+    from cascade_cli.prompts import cache
+
+    try:
+        DiskStore.open(path, None, readonly=True).close()
+    except NotFoundError:
+        out.print("removed the server's conversations: none stored")
+        return
+    with DiskStore.open(path, None) as store:
+        n, freed = cache.clear(store)
+    out.print(f"removed the server's conversations: {n} stored, {freed / 2**20:.1f} MiB freed")
+
+
 def _rm_session(path: Path, name: str, missing: NotFoundError) -> None:
     """Remove a chat session (refused while a `cascade chat` has it open)."""
     held = lock_session(path, name, "remove")
@@ -118,15 +132,23 @@ def rm(
     session: Annotated[
         str | None, typer.Option("--session", help="Remove this chat session instead.")
     ] = None,
+    api: Annotated[
+        bool,
+        typer.Option("--api", help="Remove every conversation `cascade serve` stored instead."),
+    ] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """Remove a document, or a chat session (--session), and reclaim its space."""
-    if (doc is None) == (session is None):
+    """Remove a document, a chat session (--session) or the server's stored conversations
+    (--api), and reclaim their space."""
+    if (doc is not None) + (session is not None) + api != 1:
         raise InputError(
-            "name one document or one --session to remove",
-            "Run `cascade rm DOC` or `cascade rm --session NAME`.",
+            "name one document, one --session or --api to remove",
+            "Run `cascade rm DOC`, `cascade rm --session NAME` or `cascade rm --api`.",
         )
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
+    if api:
+        _rm_api(cfg.disk_cache_path)
+        return
     missing = (
         NotFoundError(f"no chat session named {session!r}", "See `cascade sessions`.")
         if session is not None

@@ -151,6 +151,14 @@ def serve(
         str | None,
         typer.Option("--max-reply-tokens", help="Highest max_tokens a request may ask (4096)."),
     ] = None,
+    api_cache_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--api-cache-budget",
+            help="Disk the stored conversations may take (default 2GiB; 0 = no limit); least "
+            "recently used go first.",
+        ),
+    ] = None,
     model: opt.Model = None,
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
@@ -188,6 +196,7 @@ def serve(
             max_messages=max_messages,
             max_queue=max_queue,
             max_reply_tokens=max_reply_tokens,
+            api_cache_budget=api_cache_budget,
         )
     )
     if api_key is not None:
@@ -211,9 +220,7 @@ def serve(
                 "can reach this port can use the model."
             )
         worker.start()
-        limits = Limits(
-            cfg.max_body_size, cfg.max_messages, cfg.max_queue, cfg.max_reply_tokens
-        )
+        limits = Limits(cfg.max_body_size, cfg.max_messages, cfg.max_queue, cfg.max_reply_tokens)
         policy = Policy(cfg.allow_origins, check_host=_is_loopback(sock))
         app = create_app(worker, cfg.model, api_key, limits, policy)
         config = uvicorn.Config(

@@ -39,7 +39,6 @@ class Run:
         self.fingerprint = ""  # the model's, salted with the request's cache_salt
 
 
-
 class Replier:
     """Streams replies in the window laid out by the subclass."""
 
@@ -179,4 +178,3 @@ class Replier:
         stats.add("server", "generated_tokens", t.predicted_n)
         if run.result.ttft_s:
             stats.observe("server_ttft", run.result.ttft_s)
-

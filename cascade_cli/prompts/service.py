@@ -16,24 +16,19 @@ Not thread-safe: one llama.cpp context, one window. The server runs every reques
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 
-from cascade_cli.engine import Context, Sampler, SamplerSettings
-from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import WINDOW_SEQ
-from cascade_cli.prompts import catalog
+from cascade_cli.prompts import cache, catalog
 from cascade_cli.prompts.render import (
     Block,
     address,
     chain,
     cut,
-    finished_turn,
     salted,
     segments,
 )
@@ -52,6 +47,9 @@ log = logging.getLogger(__name__)
 DEFAULT_REPLY = 512
 #: Positions kept past the reply for re-decoding its tail as the client's text tokenizes.
 FIX_ROOM = 8
+#: Requests between two checks of the stored conversations against api_cache_budget (also
+#: checked whenever the server goes idle).
+TRIM_EVERY = 8
 
 
 class PromptService(Replier):
@@ -70,6 +68,8 @@ class PromptService(Replier):
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
         self.block = planning.block_for(lib.settings.block_size, self.window)
+        self.cache_budget = lib.settings.api_cache_budget
+        self._since_trim = 0
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -142,7 +142,23 @@ class PromptService(Replier):
         run = Run(params, stop)
         run.fingerprint = salted(self.fingerprint, params.salt)
         self.lib.disk.take_lock()
+        self._since_trim += 1
+        if self._since_trim >= TRIM_EVERY:
+            self.trim()
         return run
+
+    def trim(self) -> None:
+        """Keep the stored conversations within api_cache_budget (prompts/cache.py), never
+        dropping one the window holds."""
+        self._since_trim = 0
+        if not self.cache_budget or self.lib.disk.mode != "write":
+            return
+        self.lib.pager.flush()  # nothing queued for a conversation about to go
+        self.lib.disk.flush()  # access times, for least recently used
+        keep = {p.meta.owner for p in self.pages.layout if p.meta is not None}
+        removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep, self.lib.recall.forget)
+        if removed:
+            log.info("api cache: %d conversation(s) removed, %d bytes freed", removed, freed)
 
     def _reserve(self, params: Params) -> int:
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
@@ -236,6 +252,7 @@ class PromptService(Replier):
         """Between requests: finish saving, then let other processes (`cascade ingest`, `rm`)
         write the store until the next request takes the writer lock back."""
         self.lib.pager.flush()
+        self.trim()
         self.lib.disk.yield_lock()
 
     def close(self) -> None:

@@ -138,7 +138,9 @@ class Guard:
         await self.app(scope, receive, with_cors)
 
 
-async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
     head = [(b"content-length", str(len(body)).encode()), *headers]
     if body:
         head.append((b"content-type", b"application/json"))

@@ -139,8 +139,8 @@ def _params(body: dict[str, Any], limits: Limits) -> Params:
     if salt is not None:
         if not isinstance(salt, str) or not salt or len(salt) > MAX_SALT:
             raise bad_field(
-                "cache_salt", f"cache_salt must be a non-empty string of at most {MAX_SALT} "
-                "characters.",
+                "cache_salt",
+                f"cache_salt must be a non-empty string of at most {MAX_SALT} characters.",
             )
         params.salt = salt
     return params

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cascade_cli import errors
-from cascade_cli.errors import InputError, NotFoundError
+from cascade_cli.errors import NotFoundError
 from cascade_cli.store import register_migrations
 
 

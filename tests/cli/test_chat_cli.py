@@ -127,7 +127,7 @@ def test_sessions_list_and_rm_reclaims_space(home: Path) -> None:
     assert set(sessions(home)) == {"keep"}
     assert not query(home, "SELECT 1 FROM chunks WHERE owner = 'session:1'")
     assert_one_line_error(cli(["rm", "--session", "a b"], home), "no chat session named")
-    assert_one_line_error(cli(["rm"], home), "name one document or one --session")
+    assert_one_line_error(cli(["rm"], home), "name one document, one --session or --api")
 
 
 def test_bad_session_name_is_one_line(home: Path) -> None:

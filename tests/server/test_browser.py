@@ -50,7 +50,7 @@ def page_server() -> Iterator[tuple[ThreadingHTTPServer, dict[str, str]]]:
     page: dict[str, str] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             data = page.get("html", "").encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")

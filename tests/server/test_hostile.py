@@ -158,11 +158,11 @@ def test_cache_salt_keeps_clients_apart(server: Server) -> None:
     assert other["prompt_n"] == other["prompt_tokens"]
 
 
-def _long_history(turns: int) -> list[dict[str, str]]:
-    """A conversation longer than the server's 1024-token window."""
+def _long_history(turns: int = 3) -> list[dict[str, str]]:
+    """A conversation longer than the server's 1024-token window (8 messages)."""
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
     for i in range(turns):
-        note = f"Note {i}: the parcel for house {i} goes to the {i % 7}th floor, blue door. " * 4
+        note = f"Note {i}: the parcel for house {i} goes to the {i % 7}th floor, blue door. " * 20
         messages += [{"role": "user", "content": note}, {"role": "assistant", "content": "Noted."}]
     messages.append({"role": "user", "content": "Where does the parcel for house 3 go?"})
     return messages
@@ -193,7 +193,7 @@ def test_beside_a_chat_writer_usage_stays_honest_and_a_session_opens_once(
         assert second.returncode != 0 and "Traceback" not in second.stderr, second.stderr
         lines = [line for line in second.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "session 'desk'" in lines[0], second.stderr
-        body = {"model": MODEL, "messages": _long_history(12), "max_tokens": 2}
+        body = {"model": MODEL, "messages": _long_history(), "max_tokens": 2}
         for _ in range(2):  # paged through, nothing saved beside the writer: never negative
             usage = _chat_usage(server, body)
             cached = usage["prompt_tokens_details"]["cached_tokens"]
