@@ -13,9 +13,11 @@ the server's RSS, the store's size on disk (du) and the bytes of its conversatio
 ``api:`` chunks) are sampled.
 
 Reported: requests per kind and status, errors (any other status, a transport error or a bad
-response), p50/p99 latency of answered requests, the store's size and the conversations' bytes
+response), p50/p99 latency of answered requests (queueing included), the slowest 413, the share
+of prompt tokens answered from the cache, the store's size and the conversations' bytes
 (max over the run) against --api-cache-budget, RSS mean of the first and the last fifth of the
 run. Window 1024, block 128, replies ≤ 16 tokens, threads from CASCADE_THREADS (default 2).
+The results go to bench/results/soak-<minutes>min.json (with the 5-second samples).
 """
 
 from __future__ import annotations
@@ -57,7 +59,10 @@ class Tally:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
-        self.latencies: list[float] = []
+        self.latencies: list[float] = []  # answered requests (200)
+        self.refused: list[float] = []  # the 413s
+        self.cached = 0
+        self.prompt = 0
         self.errors: list[str] = []
 
     def add(self, kind: str, status: str, seconds: float | None = None) -> None:
@@ -65,7 +70,7 @@ class Tally:
             key = f"{kind} {status}"
             self.counts[key] = self.counts.get(key, 0) + 1
             if seconds is not None:
-                self.latencies.append(seconds)
+                (self.latencies if status == "200" else self.refused).append(seconds)
 
     def error(self, text: str) -> None:
         with self.lock:
@@ -127,6 +132,9 @@ def _client(url: str, c: int, deadline: float, tally: Tally, prefix: str) -> Non
         cached = usage["prompt_tokens_details"]["cached_tokens"]
         if not 0 <= cached <= usage["prompt_tokens"]:
             tally.error(f"{kind}: impossible usage {usage}")
+        with tally.lock:
+            tally.cached += cached
+            tally.prompt += usage["prompt_tokens"]
         tally.add(kind, "200", took)
         msgs.append({"role": "assistant", "content": data["choices"][0]["message"]["content"]})
 
@@ -196,6 +204,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             "p99": round(_pct(tally.latencies, 0.99), 2),
             "mean": round(statistics.fmean(tally.latencies), 2) if tally.latencies else 0.0,
         },
+        "refused_413_max_s": round(max(tally.refused, default=0.0), 2),
+        "cached_share": round(tally.cached / tally.prompt, 3) if tally.prompt else 0.0,
         "api_cache_budget": budget,
         "api_bytes_max": max((x["api_bytes"] for x in samples), default=0),
         "api_bytes_end": samples[-1]["api_bytes"] if samples else 0,

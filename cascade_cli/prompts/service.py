@@ -148,17 +148,18 @@ class PromptService(Replier):
         return run
 
     def trim(self) -> None:
-        """Keep the stored conversations within api_cache_budget (prompts/cache.py), never
-        dropping one the window holds."""
+        """Keep the stored blocks within api_cache_budget (prompts/cache.py), never dropping
+        one the window holds."""
         self._since_trim = 0
         if not self.cache_budget or self.lib.disk.mode != "write":
             return
-        self.lib.pager.flush()  # nothing queued for a conversation about to go
+        self.lib.pager.flush()  # nothing queued for a block about to go
+        self.lib.recall.flush()  # nor embeddings for its passages
         self.lib.disk.flush()  # access times, for least recently used
-        keep = {p.meta.owner for p in self.pages.layout if p.meta is not None}
-        removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep, self.lib.recall.forget)
+        keep = {p.key for p in self.pages.layout}
+        removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep)
         if removed:
-            log.info("api cache: %d conversation(s) removed, %d bytes freed", removed, freed)
+            log.debug("api cache: %d block(s) removed, %d bytes freed", removed, freed)
 
     def _reserve(self, params: Params) -> int:
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
