@@ -3,6 +3,7 @@ shared prefix, oversized bodies — reporting disk against the budget, memory fi
 latencies and errors.
 
 python bench/soak.py [--minutes 30] [--clients 4] [--api-cache-budget 32MiB]
+                    [--memory-cache-size 64MiB]
 
 Each client loops until the time is up, picking at random: resend its conversation with one
 more user message (60 %), start a new conversation that opens with the shared prefix (a long
@@ -165,7 +166,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     where = home("serve-soak")
     budget = args.api_cache_budget
     flags = ["--gpu-cache-size", "1024", "--block-size", "128", "--max-body-size", "256KiB"]
-    flags += ["--api-cache-budget", budget]
+    flags += ["--api-cache-budget", budget, "--memory-cache-size", args.memory_cache_size]
     prefix = _shared_prefix()
     tally = Tally()
     samples: list[dict[str, float]] = []
@@ -223,6 +224,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--api-cache-budget", default="32MiB")
+    ap.add_argument("--memory-cache-size", default="64MiB", help="the server's RAM tier")
     args = ap.parse_args()
     report = soak(args)
     out = ROOT / "bench" / "results" / f"soak-{args.minutes:g}min.json"

@@ -47,9 +47,9 @@ def _split(key: str) -> tuple[str, int]:
     return owner, int(idx)
 
 
-def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[int, int]:
+def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
     """Remove least recently used blocks (never a key in `keep`) until the ``api:`` chunks take
-    at most `budget` bytes, and rows whose chunk is gone; (blocks removed, bytes freed)."""
+    at most `budget` bytes, and rows whose chunk is gone; (keys removed, bytes freed)."""
     with disk.lock:
         conn = disk.conn
         chunks = conn.execute(
@@ -72,11 +72,11 @@ def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[int, int]:
             total -= int(n)
     gone = [(o, i) for o, i in stale if f"{o}:{i}" not in keep]
     if not victims and not gone:
-        return 0, 0
+        return [], 0
     with disk.transaction() as conn:
         _forget_rows(conn, [*gone, *(_split(k) for k in victims)])
     freed = sum(disk.delete(k) for k in victims)
-    return len(victims) + len(gone), freed
+    return [*victims, *(f"{o}:{i}" for o, i in gone)], freed
 
 
 def orphans(disk: DiskStore) -> dict[str, int]:

@@ -158,8 +158,10 @@ class PromptService(Replier):
         self.lib.disk.flush()  # access times, for least recently used
         keep = {p.key for p in self.pages.layout}
         removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep)
+        for key in removed:  # their exact states leave the RAM tier too
+            self.lib.ram.pop(key)
         if removed:
-            log.debug("api cache: %d block(s) removed, %d bytes freed", removed, freed)
+            log.debug("api cache: %d block(s) removed, %d bytes freed", len(removed), freed)
 
     def _reserve(self, params: Params) -> int:
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
