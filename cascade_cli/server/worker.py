@@ -134,6 +134,7 @@ class Worker:
             with ExitStack() as stack:
                 backend = self._open(stack)
                 self._ready.set()
+                self._idle(backend)  # nothing asked yet: other processes may write meanwhile
                 while (job := self._jobs.get()) is not None:
                     self.busy = True
                     started = time.monotonic()
@@ -145,10 +146,7 @@ class Worker:
                         self.mean_s = 0.8 * self.mean_s + 0.2 * took
                         log.debug("request ended after %.2f s", took)
                     if self._jobs.empty():
-                        try:
-                            backend.idle()
-                        except Exception as exc:  # the next request takes the lock back
-                            log.warning("could not hand the store over: %s", exc)
+                        self._idle(backend)
         except BaseException as exc:  # opening (or closing) the engine failed
             if not self._ready.is_set():
                 self._failure = exc
@@ -157,6 +155,13 @@ class Worker:
                 self._failure = exc
         finally:
             self._ready.set()
+
+    @staticmethod
+    def _idle(backend: Backend) -> None:
+        try:
+            backend.idle()
+        except Exception as exc:  # the next request takes the lock back
+            log.warning("could not hand the store over: %s", exc)
 
     @staticmethod
     def _record(backend: Backend, result: Result | None, failed: bool) -> None:

@@ -55,7 +55,7 @@ def test_conversations_are_a_cache_that_never_evicts_documents(
     budget = ["--disk-cache-budget", str(doc_bytes + 2 * 2**20), "--api-cache-budget", "1MiB"]
     server = Server(home, *budget)
     try:
-        long = {"model": MODEL, "messages": _long_history(), "max_tokens": 2}
+        long = {"model": MODEL, "messages": _long_history(12), "max_tokens": 2}
         assert server.post("/v1/chat/completions", long, key=None).status_code == 200
         owners, corpora, _ = _api(home)
         assert corpora >= 1  # the long conversation's turns were indexed for recall
