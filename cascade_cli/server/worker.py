@@ -85,7 +85,6 @@ class Worker:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="cascade-generate", daemon=True)
-        self.busy = False
         self.mean_s = 1.0  # a running mean of the seconds one request takes (for Retry-After)
 
     def start(self) -> None:
@@ -136,12 +135,10 @@ class Worker:
                 self._ready.set()
                 self._idle(backend)  # nothing asked yet: other processes may write meanwhile
                 while (job := self._jobs.get()) is not None:
-                    self.busy = True
                     started = time.monotonic()
                     try:
                         self._run(backend, job)
                     finally:
-                        self.busy = False
                         took = time.monotonic() - started
                         self.mean_s = 0.8 * self.mean_s + 0.2 * took
                         log.debug("request ended after %.2f s", took)
