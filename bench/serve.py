@@ -12,7 +12,8 @@ locker: per trial, "My locker code is NNNN. Please remember it.", then turns quo
 --windows windows, then "What is my locker code? Answer with the number only." — counted when
 the code's digits are in the answer. The client resends the growing messages list every time.
 clients: --clients conversations of --requests turns each, all clients at once (threads), then
-the same requests one at a time on a fresh store; greedy answers compared, server RSS sampled.
+the same requests one at a time on a fresh store; greedy answers compared, server RSS sampled;
+exits 1 when the concurrent run's RSS peak is more than 15 % above the one-at-a-time run's.
 All runs: window 4096 (the default), threads from CASCADE_THREADS (default 2).
 """
 
@@ -40,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 from bench.chat_common import MODEL, TEXT, filler, home  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
+#: clients: the concurrent run's RSS peak may exceed the one-at-a-time run's by this much.
+RSS_SLACK = 0.15
 DIRECT = "What is my locker code? Answer with the number only."
 PARAPHRASE = "Which number did I ask you to remember for my locker? Reply with just the number."
 
@@ -287,6 +290,13 @@ def _run_client(url: str, c: int, n: int, out: dict[int, list[str]], errors: lis
     out[c] = answers
 
 
+def _one_at_a_time(
+    url: str, n_clients: int, n: int, out: dict[int, list[str]], errors: list[str]
+) -> None:
+    for c in range(n_clients):
+        _run_client(url, c, n, out, errors)
+
+
 def clients(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, dict[int, list[str]]] = {}
     report: dict[str, Any] = {}
@@ -298,9 +308,9 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
             out: dict[int, list[str]] = {}
             errors: list[str] = []
             t0 = time.perf_counter()
-            if mode == "sequential":
-                for c in range(args.clients):
-                    _run_client(s.url, c, args.requests, out, errors)
+            if mode == "sequential":  # one thread runs the clients in turn
+                turns = (s.url, args.clients, args.requests, out, errors)
+                threads = [threading.Thread(target=_one_at_a_time, args=turns)]
             else:
                 threads = [
                     threading.Thread(
@@ -308,11 +318,11 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     for c in range(args.clients)
                 ]
-                for t in threads:
-                    t.start()
-                while any(t.is_alive() for t in threads):
-                    peak = max(peak, s.rss_mib())
-                    time.sleep(0.05)
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):  # RSS sampled in both runs alike
+                peak = max(peak, s.rss_mib())
+                time.sleep(0.05)
             wall = time.perf_counter() - t0
             runs[mode] = out
             report[mode] = {"errors": errors, "wall_s": round(wall, 1), "rss_idle_mib": round(base, 1),
@@ -328,6 +338,12 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
     print(f"succeeded {ok}/{total}; answers identical to the one-at-a-time run: {same}/{total}")
     report["identical"] = same
     report["total"] = total
+    # the memory target: clients at once cost at most 15 % more RSS than one at a time
+    growth = report["concurrent"]["rss_peak_mib"] / report["sequential"]["rss_peak_mib"] - 1
+    report["rss_growth"] = round(growth, 4)
+    report["rss_ok"] = growth <= RSS_SLACK
+    verdict = "met" if report["rss_ok"] else "NOT MET"
+    print(f"RSS peak, clients at once vs one at a time: {growth:+.1%} (target ≤ +15 %): {verdict}")
     return report
 
 
@@ -349,6 +365,8 @@ def main() -> None:
         tag = f"-{args.text.stem}"
     out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"
     out.write_text(json.dumps(result, indent=1, default=str))
+    if args.what == "clients" and not result["rss_ok"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

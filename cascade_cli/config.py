@@ -116,6 +116,13 @@ class Settings:
     flash_attn: str = "auto"
     recall: str = "hybrid"
     embed_model: str = "minilm-l6"
+    # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
+    allow_origins: tuple[str, ...] = ()
+    max_body_size: int = 4 * 1024**2
+    max_messages: int = 1024
+    max_queue: int = 16
+    max_reply_tokens: int = 4096
+    api_cache_budget: int = 2 * 1024**3  # the server's stored conversations (0: no limit)
 
     @property
     def n_threads(self) -> int:
@@ -129,9 +136,38 @@ _FIELDS = {f.name for f in dataclasses.fields(Settings)}
 _TEXT = ("model", "disk_cache_path", "compression", "flash_attn")
 
 
+#: An allowed origin: scheme://host[:port], `*` standing for any part (`*` alone: any origin).
+_ORIGIN = re.compile(r"\*|[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)
+
+
+def parse_origins(value: object) -> tuple[str, ...]:
+    """Allowed origins from a list or a comma-separated string, each checked."""
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    out: list[str] = []
+    for item in items:
+        text = str(item).strip().rstrip("/")
+        if not text:
+            continue
+        if not _ORIGIN.fullmatch(text):
+            raise ConfigError(
+                f"invalid allow_origins entry {item!r}",
+                "Give an origin as scheme://host[:port], e.g. http://app.example:3000 "
+                "(`*` matches any part).",
+            )
+        out.append(text.lower())
+    return tuple(out)
+
+
 def _coerce(key: str, value: Any) -> Any:
-    if key in ("memory_cache_size", "disk_cache_budget"):
-        return parse_size(value, key)
+    if key in ("memory_cache_size", "disk_cache_budget", "max_body_size", "api_cache_budget"):
+        size = parse_size(value, key)
+        if key == "max_body_size" and size < 1024:
+            raise ConfigError(f"invalid {key}: {value!r} is below 1KiB", "Use 1KiB or more.")
+        return size
+    if key == "allow_origins":
+        return parse_origins(value)
+    if key in ("max_messages", "max_queue", "max_reply_tokens"):
+        return parse_int(value, key, 1)
     if key == "gpu_cache_size":
         return parse_int(value, key, 64)
     if key == "block_size":

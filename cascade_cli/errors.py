@@ -19,6 +19,18 @@ class CascadeError(Exception):
         return f"{text}. {self.fix}" if self.fix else f"{text}."
 
 
+def check_name(name: str, what: str, example: str) -> str:
+    """A user-supplied name (a session's, a document's) stripped, or an InputError: one line of
+    printable characters (no terminal escape sequences, newlines or tabs), 1 to 200 of them."""
+    clean = name.strip()
+    if not clean or len(clean) > 200 or not clean.isprintable():
+        raise InputError(
+            f"invalid {what} name {name!r}: use 1 to 200 printable characters on one line",
+            f"E.g. {example}.",
+        )
+    return clean
+
+
 class Cancelled(Exception):
     """A request was dropped before or while its prompt was decoded (its client left, or the
     server is stopping); nothing was stored half-done."""

@@ -87,3 +87,34 @@ def test_unreadable_and_missing_config(tmp_path: Path) -> None:
     bad.write_bytes(b"model = '\xff'\n")
     with pytest.raises(ConfigError):
         resolve(config_file=bad)
+
+
+def test_server_settings_from_file_env_and_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cascade.toml"
+    path.write_text('allow_origins = ["https://app.example/", "http://*.lan:3000"]\n')
+    cfg = resolve(None, path)
+    assert cfg.allow_origins == ("https://app.example", "http://*.lan:3000")
+    assert (cfg.max_body_size, cfg.max_queue, cfg.api_cache_budget) == (4 * 2**20, 16, 2 * 2**30)
+    monkeypatch.setenv("CASCADE_ALLOW_ORIGINS", "http://a.example, http://b.example:81")
+    monkeypatch.setenv("CASCADE_MAX_BODY_SIZE", "1MiB")
+    cfg = resolve(None, path)
+    assert cfg.allow_origins == ("http://a.example", "http://b.example:81")
+    assert cfg.max_body_size == 2**20
+    assert resolve({"allow_origins": ["*"], "max_queue": "2"}, path).allow_origins == ("*",)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        ({"allow_origins": ["app.example"]}, "allow_origins entry"),
+        ({"allow_origins": ["http://app.example/path"]}, "allow_origins entry"),
+        ({"max_body_size": "10"}, "below 1KiB"),
+        ({"max_queue": "0"}, "below 1"),
+        ({"max_reply_tokens": "many"}, "max_reply_tokens"),
+    ],
+)
+def test_bad_server_settings(flags: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        resolve(flags, None)

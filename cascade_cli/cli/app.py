@@ -11,7 +11,7 @@ import typer
 
 from cascade_cli import __version__
 from cascade_cli.cli import ask, chat, docs, ingest, models, serve, stats, verify
-from cascade_cli.cli.state import STATE, err
+from cascade_cli.cli.state import STATE, err, shown
 from cascade_cli.errors import CascadeError
 
 app = typer.Typer(
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     except CascadeError as exc:
         if STATE.debug:
             raise
-        err.print(f"[red]error:[/red] {exc.one_line()}", soft_wrap=True)
+        err.print(f"[red]error:[/red] {shown(exc.one_line())}", soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         if STATE.debug:
             raise
         err.print(
-            f"[red]error:[/red] I/O failed: {exc}. Check free disk space and permissions "
+            f"[red]error:[/red] I/O failed: {shown(exc)}. Check free disk space and permissions "
             "(a disk budget: --disk-cache-budget); what was stored before is intact.",
             soft_wrap=True,
         )
@@ -85,5 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if STATE.debug:
             raise
-        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} (rerun with --debug)")
+        err.print(
+            f"[red]internal error:[/red] {type(exc).__name__}: {shown(exc)} (rerun with --debug)"
+        )
         sys.exit(70)

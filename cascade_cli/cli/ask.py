@@ -12,7 +12,7 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import err, out, settings
+from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
@@ -117,7 +117,7 @@ def ask_cmd(
             quote=quote,
             max_tokens=max_tokens,
             sampling=sampling,
-            notice=lambda text: err.print(f"[dim]{text}[/dim]"),
+            notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
         )
         for piece in stream:
             if not as_json:

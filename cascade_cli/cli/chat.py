@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import ExitStack
 from typing import Annotated, Any
 
 import typer
 
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
-from cascade_cli.cli.state import err, out, settings
+from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.errors import CascadeError
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
+from cascade_cli.session.lock import lock_session
 
 HELP = (
     "Commands: /exit, /reset (erase this session's turns), /history, /stats, /help. "
@@ -70,7 +72,9 @@ def _stats(session: ChatSession) -> None:
     t, last = session.totals, session.last
     tiers = " · ".join(f"{k} {t.tiers.get(k, 0)}" for k in ("window", "ram", "disk", "recomputed"))
     s = session.s
-    out.print(f"session {s.name}: {s.turns} turns, {s.tokens} tokens, window {session.window}")
+    out.print(
+        f"session {shown(s.name)}: {s.turns} turns, {s.tokens} tokens, window {session.window}"
+    )
     out.print(f"chunk hits: {tiers}")
     out.print(
         f"restore: {t.restored_tokens} tokens in {t.restore_s:.3f}s · prefill: "
@@ -78,9 +82,11 @@ def _stats(session: ChatSession) -> None:
         f"{t.gen_tokens / t.gen_s if t.gen_s else 0:.1f} tok/s"
     )
     out.print(
-        f"last turn: first token {last.ttft_s:.3f}s (recall {last.recall_s * 1000:.0f} ms, "
-        f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
-        f"recalled: {', '.join(last.recalled) or '-'}"
+        shown(
+            f"last turn: first token {last.ttft_s:.3f}s (recall {last.recall_s * 1000:.0f} ms, "
+            f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
+            f"recalled: {', '.join(last.recalled) or '-'}"
+        )
     )
 
 
@@ -122,12 +128,12 @@ def _loop(session: ChatSession, interactive: bool) -> None:
         elif command == "/help":
             out.print(HELP)
         elif command.startswith("/") and " " not in command:
-            err.print(f"[yellow]unknown command {command}[/yellow] — {HELP}")
+            err.print(f"[yellow]unknown command {shown(command)}[/yellow] — {shown(HELP)}")
         else:
             try:
                 _reply(session, _read_message(line) if interactive else line)
             except CascadeError as exc:
-                err.print(f"[yellow]error:[/yellow] {exc.one_line()}")
+                err.print(f"[yellow]error:[/yellow] {shown(exc.one_line())}")
                 if not interactive:
                     raise
 
@@ -207,10 +213,13 @@ def chat(
         seed=seed,
         repeat_penalty=repeat_penalty,
     )
-    if session_name is not None:
-        catalog.check_name(session_name)
+    held = ExitStack()
+    if session_name is not None:  # one chat per session, refused before the model loads
+        session_name = catalog.check_name(session_name)
+        held.callback(lock_session(cfg.disk_cache_path, session_name).release)
     interactive = sys.stdin.isatty()
     with (
+        held,
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=256) as ctx,
         writer_library(
@@ -226,13 +235,14 @@ def chat(
             name,
             overrides=overrides,
             documents=documents,
-            notify=lambda msg: err.print(f"[dim]({msg})[/dim]"),
+            notify=lambda msg: err.print(f"[dim]({shown(msg)})[/dim]"),
         )
         try:
             if interactive:
                 state = "new" if session.created else f"{session.s.turns} turns"
                 out.print(
-                    f"[bold]cascade chat[/bold] · session {name} ({state}) · {m.path.name} · "
+                    f"[bold]cascade chat[/bold] · session {shown(name)} ({state}) · "
+                    f"{shown(m.path.name)} · "
                     f"window {session.window}"
                 )
                 out.print(f"[dim]{HELP}[/dim]")
@@ -241,6 +251,7 @@ def chat(
             session.close()
             if session.s.turns:
                 hint = "" if session_name else f"; resume with `cascade chat --session {name}`"
-                err.print(f"[dim](session {name}: {session.s.turns} turns saved{hint})[/dim]")
+                saved = shown(f"session {name}: {session.s.turns} turns saved{hint}")
+                err.print(f"[dim]({saved})[/dim]")
             elif session.created and session.pages.saving:
                 session.delete()  # an empty session is not kept

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.state import out, settings
+from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.errors import InputError, NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.session import catalog as sessions
 from cascade_cli.session import manage
+from cascade_cli.session.lock import lock_session
 from cascade_cli.store import DiskStore, owners
 
 
@@ -47,15 +49,15 @@ def docs(
     if as_json:
         out.print_json(json.dumps({"documents": rows}))
         return
-    table = Table(title=f"documents · {cfg.disk_cache_path}")
+    table = Table(title=shown(f"documents · {cfg.disk_cache_path}"))
     for col in ("name", "version", "status", "tokens", "chunks", "MiB", "compression", "path"):
         table.add_column(col)
     for r in rows:
         table.add_row(
-            *(str(r[c]) for c in ("name", "version", "status", "tokens", "chunks")),
+            *(shown(r[c]) for c in ("name", "version", "status", "tokens", "chunks")),
             f"{int(str(r['bytes'])) / 2**20:.1f}",
-            str(r["compression"]),
-            str(r["path"]),
+            shown(r["compression"]),
+            shown(r["path"]),
         )
     out.print(table)
 
@@ -76,21 +78,51 @@ def sessions_cmd(
     if as_json:
         out.print_json(json.dumps({"sessions": rows}))
         return
-    table = Table(title=f"sessions · {cfg.disk_cache_path}")
+    table = Table(title=shown(f"sessions · {cfg.disk_cache_path}"))
     for col in ("name", "turns", "tokens", "chunks", "MiB", "compression", "model", "last used"):
         table.add_column(col)
     for r in rows:
         table.add_row(
-            str(r["name"]),
+            shown(r["name"]),
             str(r["turns"]),
             str(r["tokens"]),
             str(r["chunks"]),
             f"{r['bytes'] / 2**20:.1f}",
-            str(r["compression"]),
-            str(r["model"]),
+            shown(r["compression"]),
+            shown(r["model"]),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(r["last_used"])),
         )
     out.print(table)
+
+
+def _rm_api(path: Path) -> None:
+    """Remove the server's stored conversations (waits for a server's request to finish)."""
+    from cascade_cli.prompts import cache
+
+    try:
+        DiskStore.open(path, None, readonly=True).close()
+    except NotFoundError:
+        out.print("removed the server's conversations: none stored")
+        return
+    with DiskStore.open(path, None) as store:
+        n, freed = cache.clear(store)
+    out.print(f"removed the server's conversations: {n} stored, {freed / 2**20:.1f} MiB freed")
+
+
+def _rm_session(path: Path, name: str, missing: NotFoundError) -> None:
+    """Remove a chat session (refused while a `cascade chat` has it open)."""
+    held = lock_session(path, name, "remove")
+    try:
+        with DiskStore.open(path, None) as store:
+            manage.sweep(store)
+            with store.lock:
+                found = sessions.find(store.conn, name)
+            if found is None:
+                raise missing
+            freed = manage.remove(store, found)
+    finally:
+        held.release()
+    out.print(shown(f"removed session {name}: {found.turns} turns, {freed / 2**20:.1f} MiB freed"))
 
 
 def rm(
@@ -100,15 +132,23 @@ def rm(
     session: Annotated[
         str | None, typer.Option("--session", help="Remove this chat session instead.")
     ] = None,
+    api: Annotated[
+        bool,
+        typer.Option("--api", help="Remove every conversation `cascade serve` stored instead."),
+    ] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """Remove a document, or a chat session (--session), and reclaim its space."""
-    if (doc is None) == (session is None):
+    """Remove a document, a chat session (--session) or the server's stored conversations
+    (--api), and reclaim their space."""
+    if (doc is not None) + (session is not None) + api != 1:
         raise InputError(
-            "name one document or one --session to remove",
-            "Run `cascade rm DOC` or `cascade rm --session NAME`.",
+            "name one document, one --session or --api to remove",
+            "Run `cascade rm DOC`, `cascade rm --session NAME` or `cascade rm --api`.",
         )
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
+    if api:
+        _rm_api(cfg.disk_cache_path)
+        return
     missing = (
         NotFoundError(f"no chat session named {session!r}", "See `cascade sessions`.")
         if session is not None
@@ -118,18 +158,10 @@ def rm(
         DiskStore.open(cfg.disk_cache_path, None, readonly=True).close()
     except NotFoundError:
         raise missing from None
+    if session is not None:
+        _rm_session(cfg.disk_cache_path, session, missing)
+        return
     with DiskStore.open(cfg.disk_cache_path, None) as store:
-        if session is not None:
-            manage.sweep(store)
-            with store.lock:
-                found = sessions.find(store.conn, session)
-            if found is None:
-                raise missing
-            freed = manage.remove(store, found)
-            out.print(
-                f"removed session {session}: {found.turns} turns, {freed / 2**20:.1f} MiB freed"
-            )
-            return
         catalog.sweep(store)
         versions = [
             d
@@ -139,4 +171,4 @@ def rm(
         if not versions:
             raise missing
         freed = sum(catalog.remove(store, d) for d in versions)
-    out.print(f"removed {doc}: {len(versions)} version(s), {freed / 2**20:.1f} MiB freed")
+    out.print(shown(f"removed {doc}: {len(versions)} version(s), {freed / 2**20:.1f} MiB freed"))

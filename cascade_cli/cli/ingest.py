@@ -17,8 +17,8 @@ from rich.progress import (
 
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import err, out, settings
-from cascade_cli.errors import InputError
+from cascade_cli.cli.state import err, out, settings, shown
+from cascade_cli.errors import InputError, check_name
 from cascade_cli.paging.ingest import IngestStatus, ingest
 from cascade_cli.paging.library import Library
 
@@ -48,7 +48,7 @@ class _LazyBar:
         if self.bar is None:
             self.bar = Progress(*self.columns, console=err)
             self.bar.start()
-            self.task = self.bar.add_task(self.label, total=s.chars_total, info="")
+            self.task = self.bar.add_task(shown(self.label), total=s.chars_total, info="")
         assert self.task is not None
         rate = (s.tokens - s.resumed_from * self.block) / max(s.elapsed, 1e-9)
         info = f"{s.tokens} tok · {s.chunks} chunks · {rate:.0f} tok/s · "
@@ -91,6 +91,7 @@ def ingest_cmd(
     for f in files:
         if not f.is_file():
             raise InputError(f"{f} is not a readable file", "Check the path.")
+        check_name(name or f.stem, "document", "--name notes")
     cfg = settings(
         opt.flags(
             block_size=block_size,
@@ -112,7 +113,8 @@ def ingest_cmd(
         Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
     ):
         if lib.disk.repair_report.repaired:
-            err.print(f"[yellow]store repaired:[/yellow] {lib.disk.repair_report.summary()}")
+            repaired = shown(lib.disk.repair_report.summary())
+            err.print(f"[yellow]store repaired:[/yellow] {repaired}")
         for path in files:
             doc_name = name or path.stem
             with _LazyBar(doc_name, cfg.block_size) as update:
@@ -124,9 +126,9 @@ def ingest_cmd(
                     encoding,
                     update,
                     named=name is not None,
-                    notice=lambda text: err.print(f"[dim]{text}[/dim]"),
+                    notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
                 )
             out.print(
-                f"ingested [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "
+                f"ingested [bold]{shown(doc.name)}[/bold] v{doc.version}: {doc.tokens} tokens, "
                 f"{doc.chunks} chunks, {doc.scheme}"
             )

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from cascade_cli.cli.runtime import pull_progress
-from cascade_cli.cli.state import err, out
+from cascade_cli.cli.state import err, out, shown
 from cascade_cli.config import models_dir
 from cascade_cli.errors import InputError, ModelError
 from cascade_cli.registry import (
@@ -52,7 +52,7 @@ def list_models(
     if as_json:
         out.print_json(json.dumps({"models": rows, "local": [str(p) for p in local]}))
         return
-    table = Table(title=f"models ({models_dir()})")
+    table = Table(title=shown(f"models ({models_dir()})"))
     for col in ("name", "file", "size", "pulled", "description"):
         table.add_column(col)
     for r in rows:
@@ -62,7 +62,7 @@ def list_models(
             name, str(r["file"]), size, "yes" if r["pulled"] else "no", str(r["description"])
         )
     for p in local:
-        table.add_row("-", p.name, f"{p.stat().st_size / 1e6:.0f} MB", "yes", "local file")
+        table.add_row("-", shown(p.name), f"{p.stat().st_size / 1e6:.0f} MB", "yes", "local file")
     out.print(table)
 
 
@@ -84,7 +84,7 @@ def pull(
             raise InputError("pulling a URL needs --sha256", "Pass the file's published sha256.")
         with pull_progress(name.rsplit("/", 1)[-1]) as update:
             path = pull_url(name, sha256, update)
-        out.print(f"pulled {path}")
+        out.print(shown(f"pulled {path}"))
         return
     for ref in [name] if name else [default, DEFAULT_EMBED]:
         spec = specs.get(ref)
@@ -101,9 +101,9 @@ def _pull_one(spec: ModelSpec, force: bool) -> None:
             with pull_progress(spec.name) as update:
                 ok = sha256_file(spec.path, update) == spec.sha256
         if ok:
-            out.print(f"{spec.name} is already pulled and verified: {spec.path}")
+            out.print(shown(f"{spec.name} is already pulled and verified: {spec.path}"))
             return
-        err.print(f"{spec.path} failed verification; fetching it again")
+        err.print(shown(f"{spec.path} failed verification; fetching it again"))
     with pull_progress(spec.name) as update:
         path = pull_spec(spec, update)
-    out.print(f"pulled {spec.name} → {path}")
+    out.print(shown(f"pulled {spec.name} → {path}"))

@@ -87,12 +87,12 @@ def _ignore(signum: int, frame: object) -> None:
     """After uvicorn's graceful stop it re-raises the signal it caught: already handled."""
 
 
-def _logging() -> None:
+def _logging(debug: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s cascade serve: %(message)s", "%H:%M:%S"))
     log = logging.getLogger("cascade.serve")
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.DEBUG if debug else logging.INFO)
     log.propagate = False
 
 
@@ -123,6 +123,40 @@ def serve(
             "--system",
             help="System prompt for requests that send none (default: You are a helpful "
             "assistant.).",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            help="A web page origin (scheme://host[:port], `*` = any part) that may call the "
+            "server, beside loopback ones (repeatable; setting allow_origins).",
+        ),
+    ] = None,
+    max_body_size: Annotated[
+        str | None,
+        typer.Option("--max-body-size", help="Largest request body (default 4MiB); over: 413."),
+    ] = None,
+    max_messages: Annotated[
+        str | None,
+        typer.Option("--max-messages", help="Most messages in one request (default 1024)."),
+    ] = None,
+    max_queue: Annotated[
+        str | None,
+        typer.Option(
+            "--max-queue", help="Most requests waiting behind the running one (default 16); 429."
+        ),
+    ] = None,
+    max_reply_tokens: Annotated[
+        str | None,
+        typer.Option("--max-reply-tokens", help="Highest max_tokens a request may ask (4096)."),
+    ] = None,
+    api_cache_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--api-cache-budget",
+            help="Disk the stored conversations may take (default 2GiB; 0 = no limit); least "
+            "recently used go first.",
         ),
     ] = None,
     model: opt.Model = None,
@@ -157,15 +191,25 @@ def serve(
             flash_attn=flash_attn,
             recall=recall,
             embed_model=embed_model,
+            allow_origins=allow_origin or None,
+            max_body_size=max_body_size,
+            max_messages=max_messages,
+            max_queue=max_queue,
+            max_reply_tokens=max_reply_tokens,
+            api_cache_budget=api_cache_budget,
         )
     )
-    if api_key is not None and not api_key.strip():
-        raise ConfigError("--api-key is empty", "Give a key, or leave the flag out.")
+    if api_key is not None:
+        api_key = api_key.strip()  # a key pasted with a newline or spaces still matches
+        if not api_key:
+            raise ConfigError("--api-key is empty", "Give a key, or leave the flag out.")
     import uvicorn
 
     from cascade_cli.server import Worker, create_app
+    from cascade_cli.server.limits import Limits
+    from cascade_cli.server.policy import Policy
 
-    _logging()
+    _logging(STATE.debug)
     signal.signal(signal.SIGTERM, _interrupt)  # while loading: stop like Ctrl-C
     sock = _bind(host, port)
     worker = Worker(lambda stack: _open_backend(cfg, system, stack))
@@ -176,7 +220,9 @@ def serve(
                 "can reach this port can use the model."
             )
         worker.start()
-        app = create_app(worker, cfg.model, api_key)
+        limits = Limits(cfg.max_body_size, cfg.max_messages, cfg.max_queue, cfg.max_reply_tokens)
+        policy = Policy(cfg.allow_origins, check_host=_is_loopback(sock))
+        app = create_app(worker, cfg.model, api_key, limits, policy)
         config = uvicorn.Config(
             app,
             log_level="info" if STATE.debug else "warning",

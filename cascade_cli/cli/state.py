@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from cascade_cli.config import Settings, resolve
 
@@ -20,6 +21,11 @@ class CliState:
 STATE = CliState()
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def shown(value: object) -> str:
+    """User-supplied text (a name, a path, an error naming them) made safe inside Rich markup."""
+    return escape(str(value))
 
 
 def settings(flags: dict[str, Any]) -> Settings:

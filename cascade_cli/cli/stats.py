@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.state import out, settings
+from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.server import stats as server_stats
@@ -29,7 +29,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             "store": str(cfg.disk_cache_path),
             "tiers": {t: dict(empty) for t in TIERS},
             "latency": {op: empty_histogram() for op in LATENCY_OPS},
-            "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
+            "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0, "by_kind": by_kind({})},
             "documents": [],
             "sessions": [],
             "server": {**server_stats.section({}), **server_stats.stored({})},
@@ -56,10 +56,24 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             for r in manage.rows(store)
         ]
     snap["server"] = {**server_stats.section(snap["tiers"]), **server_stats.stored(by_owner)}
+    snap["disk"]["by_kind"] = by_kind(by_owner)
     snap["store"] = str(cfg.disk_cache_path)
     snap["documents"] = docs
     snap["sessions"] = chats
     return snap
+
+
+#: Owner name prefixes by what they hold (anything else, e.g. the prompt sink: "other").
+KINDS = {"doc:": "documents", "session:": "sessions", "api:": "server"}
+
+
+def by_kind(by_owner: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Payload bytes per kind of owner: documents, sessions, the server's, other."""
+    sizes = dict.fromkeys((*KINDS.values(), "other"), 0)
+    for name, o in by_owner.items():
+        kind = next((k for p, k in KINDS.items() if name.startswith(p)), "other")
+        sizes[kind] += int(o.get("bytes", 0))
+    return sizes
 
 
 def _size(n: float) -> str:
@@ -95,6 +109,8 @@ def stats(
             str(t["evictions"]),
         )
     out.print(tiers)
+    kinds = " · ".join(f"{k} {_size(n)}" for k, n in data["disk"]["by_kind"].items())
+    out.print(f"disk by owner: {kinds}")
     lat = Table(title="latency")
     for col in ("operation", "count", "mean"):
         lat.add_column(col)
@@ -107,9 +123,9 @@ def stats(
         docs.add_column(col)
     for d in data["documents"]:
         docs.add_row(
-            d["name"],
+            shown(d["name"]),
             str(d["version"]),
-            d["status"],
+            shown(d["status"]),
             str(d["tokens"]),
             str(d["chunks"]),
             _size(d["bytes"]),
@@ -121,7 +137,7 @@ def stats(
         chats.add_column(col)
     for c in data["sessions"]:
         chats.add_row(
-            c["name"], str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
+            shown(c["name"]), str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
             c["compression"],
         )  # fmt: skip
     out.print(chats)

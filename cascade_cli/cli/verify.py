@@ -11,7 +11,7 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import open_context, open_model
-from cascade_cli.cli.state import out, settings
+from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.config import Settings
 from cascade_cli.errors import NotFoundError, StoreLockedError
 from cascade_cli.paging import catalog
@@ -20,6 +20,18 @@ from cascade_cli.paging.library import Library
 from cascade_cli.store import DiskStore
 from cascade_cli.store.index import LOCK, writable
 from cascade_cli.store.lock import StoreLock
+
+
+def _with_api(store: DiskStore, report: fsck.Report, doc: str | None) -> fsck.Report:
+    """Add the server's data to a whole-store check: chunks of conversations whose rows are gone
+    (--repair drops them)."""
+    from cascade_cli.prompts import cache
+
+    if doc is None:
+        for owner, n in cache.orphans(store).items():
+            detail = f"{n} chunk(s) of a removed server conversation"
+            report.damaged.append(fsck.Finding("orphan_chunks", detail, key=owner))
+    return report
 
 
 def _check(cfg: Settings, doc: str | None) -> fsck.Report:
@@ -32,13 +44,13 @@ def _check(cfg: Settings, doc: str | None) -> fsck.Report:
         return fsck.Report(str(cfg.disk_cache_path), notes=["no store yet"])
     with store:
         if not writable(store.path):  # read-only media: no writer can be mid-save
-            return fsck.check(store, doc, files=True)
+            return _with_api(store, fsck.check(store, doc, files=True), doc)
         try:
             lock: StoreLock | None = StoreLock.acquire(store.path / LOCK, timeout=0)
         except StoreLockedError:
             lock = None
         try:
-            return fsck.check(store, doc, files=lock is not None)
+            return _with_api(store, fsck.check(store, doc, files=lock is not None), doc)
         finally:
             if lock is not None:
                 lock.release()
@@ -55,7 +67,7 @@ def _repair(cfg: Settings, doc: str | None, report: fsck.Report) -> None:
         open_context(dataclasses.replace(cfg, gpu_cache_size=window), m, block + 256) as ctx,
         Library(cfg, ctx, repair=False) as lib,
     ):
-        fresh = fsck.check(lib.disk, doc, files=doc is None)  # again, now under the lock
+        fresh = _with_api(lib.disk, fsck.check(lib.disk, doc, files=doc is None), doc)  # locked
         report.damaged, report.files = fresh.damaged, fresh.files
         fsck.repair(ctx, lib, report)
 
@@ -95,12 +107,14 @@ def verify(
     else:
         files = "" if report.files is None else f", {report.files} files"
         out.print(
-            f"verify {report.store}: {report.chunks} chunks, {report.documents} documents{files}"
+            shown(
+                f"verify {report.store}: {report.chunks} chunks, {report.documents} documents{files}"
+            )
         )
         for f in report.damaged:
-            out.print(f"damaged: {f.line()}")
+            out.print(shown(f"damaged: {f.line()}"))
         for note in report.notes:
-            out.print(f"note: {note}")
+            out.print(shown(f"note: {note}"))
         out.print("store clean" if report.clean else f"{len(report.damaged)} problem(s) found")
     if not report.clean:
         raise typer.Exit(1)

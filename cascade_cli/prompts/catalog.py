@@ -30,7 +30,14 @@ def m001_blocks(conn: sqlite3.Connection) -> None:
     )
 
 
-register_migrations("prompts", [m001_blocks])
+def m002_sequence(conn: sqlite3.Connection) -> None:
+    """One sequence numbers every block, so that a chunk key is never used twice: a block of an
+    evicted conversation comes back under a new key, never one the window or RAM still knows."""
+    conn.execute("CREATE TABLE api_seq (next INTEGER NOT NULL)")
+    conn.execute("INSERT INTO api_seq (next) SELECT COALESCE(MAX(idx) + 1, 0) FROM api_blocks")
+
+
+register_migrations("prompts", [m001_blocks, m002_sequence])
 
 
 @dataclass(frozen=True)
@@ -69,17 +76,28 @@ def lookup(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Row]:
 
 
 def add(conn: sqlite3.Connection, items: list[tuple[str, str]]) -> dict[str, Row]:
-    """Insert rows for new blocks [(hash, owner)], numbering them per owner."""
+    """Insert rows for new blocks [(hash, owner)], numbered from the store-wide sequence."""
     made: dict[str, Row] = {}
-    nxt: dict[str, int] = {}
+    if not items:
+        return made
+    idx = int(conn.execute("SELECT next FROM api_seq").fetchone()[0])
     for h, owner in items:
-        if owner not in nxt:
-            top = conn.execute(
-                "SELECT COALESCE(MAX(idx) + 1, 0) FROM api_blocks WHERE owner = ?", (owner,)
-            ).fetchone()[0]
-            nxt[owner] = int(top)
-        idx = nxt[owner]
-        nxt[owner] += 1
         conn.execute("INSERT INTO api_blocks (hash, owner, idx) VALUES (?, ?, ?)", (h, owner, idx))
         made[h] = Row(h, owner, idx)
+        idx += 1
+    conn.execute("UPDATE api_seq SET next = ?", (idx,))
     return made
+
+
+def owner_rows(conn: sqlite3.Connection) -> dict[str, int]:
+    """Every owner with block rows, and how many."""
+    if not has_table(conn):
+        return {}
+    query = "SELECT owner, COUNT(*) FROM api_blocks GROUP BY owner"
+    return {owner: int(n) for owner, n in conn.execute(query)}
+
+
+def forget(conn: sqlite3.Connection, owner: str) -> None:
+    """Drop an owner's block rows (its chunks are deleted after the caller commits)."""
+    if has_table(conn):
+        conn.execute("DELETE FROM api_blocks WHERE owner = ?", (owner,))

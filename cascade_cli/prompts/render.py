@@ -55,6 +55,14 @@ def address(fingerprint: str, parent: str, tokens: list[int]) -> str:
     return h.hexdigest()
 
 
+def salted(fingerprint: str, salt: str) -> str:
+    """The fingerprint a request's addresses start from: with a cache_salt, every block address
+    differs from an unsalted (or otherwise salted) request's, so no block is shared."""
+    if not salt:
+        return fingerprint
+    return f"{fingerprint}\0salt:{hashlib.sha256(salt.encode()).hexdigest()}"
+
+
 def _role(m: Message) -> str:
     return "system" if m.role == "developer" else m.role
 
@@ -65,10 +73,11 @@ def segments(
     """([(tokens, text)] of finished segments, the open last segment's tokens, the question)."""
     if not messages:
         raise InputError("messages is empty", "Send at least one message.")
-    msgs = list(messages)
-    lead: list[str] = []
-    while msgs and _role(msgs[0]) == "system":
-        lead.append(msgs.pop(0).content)
+    n_lead = 0
+    while n_lead < len(messages) and _role(messages[n_lead]) == "system":
+        n_lead += 1
+    lead = [m.content for m in messages[:n_lead]]
+    msgs = messages[n_lead:]  # one slice: no pop(0) per leading message (quadratic)
     system = "\n\n".join(lead) if lead else default_system
     out: list[tuple[list[int], str]] = [(tpl.system(system), "")]
     question = ""

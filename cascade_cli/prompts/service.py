@@ -16,21 +16,24 @@ Not thread-safe: one llama.cpp context, one window. The server runs every reques
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 
-from cascade_cli.engine import Context, Sampler, SamplerSettings
-from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import WINDOW_SEQ
-from cascade_cli.prompts import catalog
-from cascade_cli.prompts.render import Block, address, chain, cut, finished_turn, segments
-from cascade_cli.prompts.stops import StopScanner
-from cascade_cli.prompts.types import Message, Params, Reply, Result, Stop, never
+from cascade_cli.prompts import cache, catalog
+from cascade_cli.prompts.render import (
+    Block,
+    address,
+    chain,
+    cut,
+    salted,
+    segments,
+)
+from cascade_cli.prompts.reply import Replier, Run
+from cascade_cli.prompts.types import Message, Params, Reply, Stop, never
 from cascade_cli.session import plan as planning
 from cascade_cli.session.chat import DEFAULTS
 from cascade_cli.session.pages import Page, Pages, Placed
@@ -44,21 +47,12 @@ log = logging.getLogger(__name__)
 DEFAULT_REPLY = 512
 #: Positions kept past the reply for re-decoding its tail as the client's text tokenizes.
 FIX_ROOM = 8
+#: Requests between two checks of the stored conversations against api_cache_budget (also
+#: checked whenever the server goes idle).
+TRIM_EVERY = 8
 
 
-class _Run:
-    """One request's bookkeeping."""
-
-    def __init__(self, params: Params, stop: Stop) -> None:
-        self.t0 = time.perf_counter()
-        self.params = params
-        self.stop = stop
-        self.result = Result()
-        self.decoded = 0  # prompt tokens decoded (recomputed blocks and the tail)
-        self.prompt_tokens = 0
-
-
-class PromptService:
+class PromptService(Replier):
     """Serves chat and text completions from one context, reusing stored prompt blocks."""
 
     def __init__(
@@ -74,17 +68,18 @@ class PromptService:
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
         self.block = planning.block_for(lib.settings.block_size, self.window)
+        self.cache_budget = lib.settings.api_cache_budget
+        self._since_trim = 0
 
     # ---- requests --------------------------------------------------------------------------
 
     def chat(self, messages: list[Message], params: Params, stop: Stop = never) -> Reply:
         """Lay out and decode the conversation's prompt (`stop` is asked between blocks: true
         raises Cancelled); the reply streams from the result."""
-        run = _Run(params, stop)
-        self.lib.disk.take_lock()  # the writer again, unless another process writes now
+        run = self._run(params, stop)
         finished, open_turn, question = segments(self.tpl, messages, self.system)
         blocks, tail = chain(
-            self.fingerprint, finished, open_turn, self.block, self.model.detokenize
+            run.fingerprint, finished, open_turn, self.block, self.model.detokenize
         )
         reserve = self._reserve(params) + len(self.tpl.close())
         system = len(blocks[0].tokens)
@@ -111,8 +106,7 @@ class PromptService:
     def complete(self, prompt: str, params: Params, stop: Stop = never) -> Reply:
         """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
         server does). Its full blocks are stored and reused; it must fit the window."""
-        run = _Run(params, stop)
-        self.lib.disk.take_lock()
+        run = self._run(params, stop)
         tokens = self.model.tokenize(prompt, add_special=True, parse_special=True)
         if not tokens:
             raise InputError("the prompt is empty", "Send a non-empty prompt.")
@@ -129,7 +123,7 @@ class PromptService:
         blocks: list[Block] = []
         parent = "raw"
         for piece in pieces:
-            parent = address(self.fingerprint, parent, piece)
+            parent = address(run.fingerprint, parent, piece)
             blocks.append(Block(parent, piece, "", 1))
         pages = self._pages(blocks, root=blocks[0].hash if blocks else "")
         run.prompt_tokens = len(tokens)
@@ -141,6 +135,33 @@ class PromptService:
             raise
 
     # ---- layout ----------------------------------------------------------------------------
+
+    def _run(self, params: Params, stop: Stop) -> Run:
+        """A request's bookkeeping; the writer lock taken again (unless another process
+        writes now)."""
+        run = Run(params, stop)
+        run.fingerprint = salted(self.fingerprint, params.salt)
+        self.lib.disk.take_lock()
+        self._since_trim += 1
+        if self._since_trim >= TRIM_EVERY:
+            self.trim()
+        return run
+
+    def trim(self) -> None:
+        """Keep the stored blocks within api_cache_budget (prompts/cache.py), never dropping
+        one the window holds."""
+        self._since_trim = 0
+        if not self.cache_budget or self.lib.disk.mode != "write":
+            return
+        self.lib.pager.flush()  # nothing queued for a block about to go
+        self.lib.recall.flush()  # nor embeddings for its passages
+        self.lib.disk.flush()  # access times, for least recently used
+        keep = {p.key for p in self.pages.layout}
+        removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep)
+        for key in removed:  # their exact states leave the RAM tier too
+            self.lib.ram.pop(key)
+        if removed:
+            log.debug("api cache: %d block(s) removed, %d bytes freed", len(removed), freed)
 
     def _reserve(self, params: Params) -> int:
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
@@ -168,7 +189,7 @@ class PromptService:
             pages.append(Page(r.key, b.tokens, meta))
         return pages
 
-    def _apply(self, run: _Run, target: list[Page], room: int, stash: bool | None = None) -> Placed:
+    def _apply(self, run: Run, target: list[Page], room: int, stash: bool | None = None) -> Placed:
         placed = self.pages.apply(target, room=room, stash=stash, stop=run.stop)
         run.decoded += placed.recomputed_tokens
         return placed
@@ -183,7 +204,7 @@ class PromptService:
 
     def _long(
         self,
-        run: _Run,
+        run: Run,
         pages: list[Page],
         blocks: list[Block],
         need: int,
@@ -230,137 +251,11 @@ class PromptService:
         target += [*([note] if note else []), *recent[split:]]
         self._apply(run, target, need + reserve)
 
-    # ---- the reply ---------------------------------------------------------------------------
-
-    def _reply(
-        self,
-        run: _Run,
-        tail: list[int],
-        blocks: list[Block],
-        turn: list[int] | None,
-    ) -> Reply:
-        """Decode the tail, then stream; the finished turn is stored when `turn` is given."""
-        win = self.pages.win
-        start = win.end
-        win.append(tail, logits="last")
-        run.decoded += len(tail)
-        timings = run.result.timings
-        timings.prompt_n = run.decoded
-        timings.cache_n = run.prompt_tokens - run.decoded
-        timings.prompt_ms = (time.perf_counter() - run.t0) * 1000
-        cancel = threading.Event()
-        return Reply(self._stream(run, start, tail, blocks, turn, cancel), run.result, cancel)
-
-    def _stream(
-        self,
-        run: _Run,
-        start: int,
-        tail: list[int],
-        blocks: list[Block],
-        turn: list[int] | None,
-        cancel: threading.Event,
-    ) -> Iterator[str]:
-        p = run.params
-        close = len(self.tpl.close()) if turn is not None else 0
-        reply_at = start + len(tail)
-        free = self.window - self.pages.used - len(tail)
-        limit = min(self.pages.win.limit, reply_at + free) - close - 8
-        gen = Generation(pos=reply_at)
-        sampler = Sampler(
-            SamplerSettings(
-                temperature=p.temperature, top_k=0, top_p=p.top_p, repeat_penalty=1.0,
-                seed=0xFFFFFFFF if p.seed is None else p.seed & 0xFFFFFFFF,
-            )
-        )  # fmt: skip
-        scan = StopScanner(p.stop)
-        out: list[str] = []
-        t_first = 0.0
-        cut_short = False
-        budget = p.max_tokens if p.max_tokens is not None else self.window
-        try:
-            for piece in generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit):
-                if not t_first:
-                    t_first = time.perf_counter()
-                    run.result.ttft_s = t_first - run.t0
-                text = scan.push(piece)
-                if text:
-                    out.append(text)
-                    yield text
-                if scan.stopped or cancel.is_set():
-                    cut_short = not scan.stopped
-                    break
-            else:
-                text = scan.flush()
-                if text:
-                    out.append(text)
-                    yield text
-        except BaseException:
-            cut_short = True  # the client went away (GeneratorExit), or decoding failed
-            raise
-        finally:
-            sampler.close()
-            end = time.perf_counter()
-            t = run.result.timings
-            t.predicted_n = len(gen.tokens)
-            t.predicted_ms = (end - t_first) * 1000 if t_first else 0.0
-            stopped = scan.stopped or gen.stopped_by == "eog"
-            run.result.finish_reason = "stop" if stopped or cut_short else "length"
-            decoded = gen.tokens[: gen.pos - reply_at]
-            try:
-                if turn is not None and not cut_short:
-                    self._keep_turn(blocks, turn, start, reply_at, decoded, "".join(out))
-                else:
-                    self.pages.win.truncate(self.pages.end)
-            except Exception as exc:  # the reply was given; only its storing failed
-                log.warning("the turn was not stored: %s", exc)
-                self.pages.reset()
-            self._count(run)
-
-    # ---- after the reply ---------------------------------------------------------------------
-
-    def _keep_turn(
-        self,
-        blocks: list[Block],
-        turn: list[int],
-        start: int,
-        reply_at: int,
-        decoded: list[int],
-        text: str,
-    ) -> None:
-        """Make the window hold the turn as the next request renders it, and store its blocks:
-        the reply re-tokenized from the text the client got (tokens past the first difference
-        are decoded again), then the template's closing tokens."""
-        canon = self.tpl.plain(text)
-        same = 0
-        while same < min(len(canon), len(decoded)) and canon[same] == decoded[same]:
-            same += 1
-        self.pages.win.truncate(reply_at + same)
-        close = self.tpl.close()
-        try:
-            self.pages.win.append(canon[same:] + close)
-        except ContextFullError:
-            self.pages.win.truncate(self.pages.end)
-            return
-        new = finished_turn(self.tpl, self.fingerprint, blocks, turn, canon, text, self.block)
-        pages = self._pages(new, root=blocks[1].hash if len(blocks) > 1 else new[0].hash)
-        for page in pages:
-            self.pages.append(page, start)
-            start += page.n
-
-    def _count(self, run: _Run) -> None:
-        t = run.result.timings
-        stats = self.lib.disk.stats
-        stats.add("server", "requests")
-        stats.add("server", "cached_tokens", t.cache_n)
-        stats.add("server", "prompt_tokens", t.prompt_n)
-        stats.add("server", "generated_tokens", t.predicted_n)
-        if run.result.ttft_s:
-            stats.observe("server_ttft", run.result.ttft_s)
-
     def idle(self) -> None:
         """Between requests: finish saving, then let other processes (`cascade ingest`, `rm`)
         write the store until the next request takes the writer lock back."""
         self.lib.pager.flush()
+        self.trim()
         self.lib.disk.yield_lock()
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ class Params:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    salt: str = ""  # cache_salt: only requests with the same salt share stored blocks
 
 
 #: Asked between a prompt's blocks whether to give up (the request's client left).
@@ -43,18 +44,22 @@ def never() -> bool:
 
 @dataclass
 class Timings:
-    """llama.cpp server's `timings`: prompt_n tokens decoded for the prompt, cache_n prompt
-    tokens not decoded (restored, kept in the window, or paged out in the store)."""
+    """llama.cpp server's `timings`: prompt_n tokens decoded for the prompt (a conversation
+    paged through the window decodes some twice), cache_n prompt tokens not decoded (restored,
+    kept in the window, or paged out in the store): prompt_tokens - prompt_n, at least 0."""
 
     cache_n: int = 0
     prompt_n: int = 0
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
+    prompt_tokens: int = 0  # the whole prompt, as the request renders it
 
-    @property
-    def prompt_tokens(self) -> int:
-        return self.cache_n + self.prompt_n
+    def count(self, prompt_tokens: int, decoded: int) -> None:
+        """Set the prompt's counts from its size and the tokens decoded for it."""
+        self.prompt_tokens = prompt_tokens
+        self.prompt_n = decoded
+        self.cache_n = max(0, prompt_tokens - decoded)
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Result:
     """Filled when the reply's iterator is exhausted (or closed)."""
 
     finish_reason: str = "stop"  # "stop" (end of generation or a stop string) or "length"
+    cancelled: bool = False  # cut short (client gone, server stopping): never a finished reply
     timings: Timings = field(default_factory=Timings)
     ttft_s: float = 0.0
     recall_s: float = 0.0  # searching older turns (long conversations only)

@@ -143,6 +143,21 @@ def drop_from(conn: sqlite3.Connection, owner: str, chunk: int) -> None:
     _bump(conn, cid)
 
 
+def drop_chunks(conn: sqlite3.Connection, owner: str, chunks: Sequence[int]) -> None:
+    """Forget some chunks of an owner (a cache evicting them). Caller commits."""
+    cid = corpus_id(conn, owner)
+    if cid is None or not chunks:
+        return
+    for o in range(0, len(chunks), 500):
+        part = list(chunks[o : o + 500])
+        marks = ",".join("?" * len(part))
+        conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk IN ({marks})", part)
+        conn.execute(
+            f"DELETE FROM recall_passages WHERE corpus = ? AND chunk IN ({marks})", (cid, *part)
+        )
+    _bump(conn, cid)
+
+
 def forget(conn: sqlite3.Connection, owner: str) -> None:
     """Drop an owner's corpus entirely. Caller commits."""
     cid = corpus_id(conn, owner)

@@ -17,6 +17,8 @@ from cascade_cli.errors import Cancelled, CascadeError
 from cascade_cli.prompts.types import Result
 from cascade_cli.server import validate
 from cascade_cli.server.errors import ApiError, from_cascade, internal
+from cascade_cli.server.limits import Limits, check_type, queue_full, read_body
+from cascade_cli.server.policy import Guard, Policy
 from cascade_cli.server.responses import Shape, now, sse
 from cascade_cli.server.worker import Engine, Job, Worker
 
@@ -31,28 +33,39 @@ def _error_of(exc: BaseException) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, Cancelled):
-        return ApiError(
-            503, "The server is stopping; retry later.", type="server_error", code="unavailable"
-        )
+        return stopping()
     if isinstance(exc, CascadeError):
         return from_cascade(exc)
     log.error("internal error: %s: %s", type(exc).__name__, exc)
     return internal()
 
 
+def stopping() -> ApiError:
+    """503: the request was dropped, or its reply cut short, because the server is stopping."""
+    return ApiError(
+        503,
+        "The server is stopping; the request was not completed. Retry later.",
+        type="server_error",
+        code="unavailable",
+    )
+
+
 class Api:
     """Route handlers bound to one worker and one served model."""
 
-    def __init__(self, worker: Worker, model: str, api_key: str | None) -> None:
+    def __init__(
+        self, worker: Worker, model: str, api_key: str | None, limits: Limits | None = None
+    ) -> None:
         self.worker = worker
         self.model = model
-        self.api_key = api_key
+        self.api_key = api_key.strip() if api_key is not None else None
+        self.limits = limits or Limits()
         self.jobs: set[Job] = set()
 
     def stop_all(self) -> None:
         """End every open request (the server is stopping): queued ones are dropped, one still
-        decoding its prompt stops at the next block (503), replying ones stop at the next token
-        and finish their response normally."""
+        decoding its prompt stops at the next block, a reply stops at the next token; each is
+        told 503 (a stream in an error event), never a finished reply."""
         for job in list(self.jobs):
             job.cancel()
 
@@ -77,11 +90,10 @@ class Api:
         return {"object": "list", "data": [card]}
 
     async def completion(self, request: Request, chat: bool) -> Response:
-        body = validate.parse_json(await request.body())
-        if chat:
-            req = validate.chat_request(body, self.model)
-        else:
-            req = validate.completion_request(body, self.model)
+        check_type(request)
+        raw = await read_body(request, self.limits.max_body)
+        req = await asyncio.to_thread(validate.parse, raw, chat, self.model, self.limits)
+        del raw
         messages, prompt, params = req.messages, req.prompt or "", req.params
 
         def run(engine: Engine) -> Any:
@@ -94,6 +106,8 @@ class Api:
             raise ApiError(
                 503, "The generation thread stopped; restart the server.", type="server_error"
             )
+        if self.worker.queued() >= self.limits.max_queue:
+            raise queue_full(self.worker.queued(), self.worker.retry_after())
         job = Job(run, asyncio.get_running_loop())
         self.jobs.add(job)
         self.worker.submit(job)
@@ -145,6 +159,8 @@ class Api:
             if kind == "piece":
                 pieces.append(value)
             elif kind == "done":
+                if value.cancelled:
+                    raise stopping()
                 return "".join(pieces), value
             else:
                 raise _error_of(value)
@@ -159,6 +175,10 @@ class Api:
                 kind, value = await job.events.get()
                 if kind == "piece":
                     yield sse(shape.chunk(value))
+                elif kind == "done" and value.cancelled:  # cut short: not a finished reply
+                    finished = True
+                    yield sse(stopping().body())
+                    return
                 elif kind == "done":
                     result: Result = value
                     last = shape.chunk(None, finish=result.finish_reason)
@@ -196,11 +216,18 @@ def guard(
     return wrapped
 
 
-def create_app(worker: Worker, model: str, api_key: str | None = None) -> FastAPI:
+def create_app(
+    worker: Worker,
+    model: str,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    policy: Policy | None = None,
+) -> FastAPI:
     """The ASGI app serving ``model`` through ``worker`` (started by the caller)."""
-    api = Api(worker, model, api_key)
+    api = Api(worker, model, api_key, limits)
     app = FastAPI(title="cascade", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.api = api
+    app.add_middleware(Guard, policy=policy or Policy())
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -214,9 +241,10 @@ def create_app(worker: Worker, model: str, api_key: str | None = None) -> FastAP
         return ApiError(exc.status_code, message, type=kind, code=code).response()
 
     async def health(request: Request) -> Any:
+        api.check_key(request)
         if not worker.alive:
             raise ApiError(503, "The generation thread stopped.", type="server_error")
-        return {"status": "ok", "model": model, "busy": worker.busy, "queued": worker.queued()}
+        return {"status": "ok", "model": model}
 
     async def models(request: Request) -> Any:
         api.check_key(request)

@@ -15,9 +15,12 @@ from typing import Any
 
 from cascade_cli.prompts.types import ROLES, Message, Params
 from cascade_cli.server.errors import ApiError, bad_field
+from cascade_cli.server.limits import Limits
 
 #: OpenAI's limit on stop sequences.
 MAX_STOP = 4
+#: The longest cache_salt taken.
+MAX_SALT = 256
 
 
 @dataclass
@@ -82,19 +85,31 @@ def _refuse(body: dict[str, Any]) -> None:
             raise bad_field(name, f"`{name}` is not supported by this server (no tool calling).")
     if body.get("logprobs") not in (None, False, 0):
         raise bad_field("logprobs", "logprobs are not supported by this server.")
+    if body.get("top_logprobs") is not None:
+        raise bad_field("top_logprobs", "top_logprobs are not supported by this server.")
+    best_of = body.get("best_of")
+    if best_of is not None and not (_is_int(best_of) and best_of == 1):
+        raise bad_field("best_of", f"only best_of=1 is supported by this server, got {best_of!r}.")
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise bad_field("response_format", 'only response_format {"type": "text"} is supported.')
 
 
-def _params(body: dict[str, Any]) -> Params:
+def _params(body: dict[str, Any], limits: Limits) -> Params:
     params = Params()
+    cap = limits.max_reply_tokens
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if value is None:
             continue
         if not _is_int(value) or value < 1:
             raise bad_field(name, f"{name} must be an integer of at least 1, got {value!r}.")
+        if value > cap:
+            raise bad_field(
+                name,
+                f"{name} is {value}, above this server's cap of {cap} (max_reply_tokens); "
+                "ask for fewer tokens.",
+            )
         if params.max_tokens is None:  # max_completion_tokens wins when both are given
             params.max_tokens = value
     temperature = body.get("temperature")
@@ -120,6 +135,14 @@ def _params(body: dict[str, Any]) -> Params:
     n = body.get("n")
     if n is not None and (not _is_int(n) or n != 1):
         raise bad_field("n", f"only n=1 is supported by this server, got {n!r}.")
+    salt = body.get("cache_salt")
+    if salt is not None:
+        if not isinstance(salt, str) or not salt or len(salt) > MAX_SALT:
+            raise bad_field(
+                "cache_salt",
+                f"cache_salt must be a non-empty string of at most {MAX_SALT} characters.",
+            )
+        params.salt = salt
     return params
 
 
@@ -176,11 +199,17 @@ def _content(value: Any, where: str) -> str:
     raise bad_field(where, "content must be a string or a list of text parts.")
 
 
-def _messages(value: Any) -> list[Message]:
+def _messages(value: Any, limit: int) -> list[Message]:
     if value is None:
         raise bad_field("messages", "messages is required.")
     if not isinstance(value, list) or not value:
         raise bad_field("messages", "messages must be a non-empty list.")
+    if len(value) > limit:
+        raise bad_field(
+            "messages",
+            f"messages holds {len(value)} messages, above this server's limit of {limit} "
+            "(max_messages); send fewer.",
+        )
     out: list[Message] = []
     for i, item in enumerate(value):
         at = f"messages[{i}]"
@@ -215,17 +244,25 @@ def _prompt(value: Any) -> str:
     )
 
 
-def chat_request(body: dict[str, Any], served: str) -> Request:
+def parse(raw: bytes, chat: bool, served: str, limits: Limits) -> Request:
+    """A request body, parsed and checked (run off the event loop: a large body takes time)."""
+    body = parse_json(raw)
+    if chat:
+        return chat_request(body, served, limits)
+    return completion_request(body, served, limits)
+
+
+def chat_request(body: dict[str, Any], served: str, limits: Limits) -> Request:
     """A /v1/chat/completions body, checked."""
     model = _model(body, served)
     _refuse(body)
-    messages = _messages(body.get("messages"))
-    params = _params(body)
+    messages = _messages(body.get("messages"), limits.max_messages)
+    params = _params(body, limits)
     stream, include = _stream(body)
     return Request(model, params, messages=messages, stream=stream, include_usage=include)
 
 
-def completion_request(body: dict[str, Any], served: str) -> Request:
+def completion_request(body: dict[str, Any], served: str, limits: Limits) -> Request:
     """A /v1/completions body, checked."""
     model = _model(body, served)
     _refuse(body)
@@ -234,10 +271,7 @@ def completion_request(body: dict[str, Any], served: str) -> Request:
             raise bad_field(name, f"`{name}` is not supported by this server.")
     if body.get("suffix"):
         raise bad_field("suffix", "`suffix` is not supported by this server.")
-    best_of = body.get("best_of")
-    if best_of is not None and best_of != 1:
-        raise bad_field("best_of", "only best_of=1 is supported by this server.")
     prompt = _prompt(body.get("prompt"))
-    params = _params(body)
+    params = _params(body, limits)
     stream, include = _stream(body)
     return Request(model, params, prompt=prompt, stream=stream, include_usage=include)

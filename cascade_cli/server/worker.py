@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -84,7 +85,7 @@ class Worker:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="cascade-generate", daemon=True)
-        self.busy = False
+        self.mean_s = 1.0  # a running mean of the seconds one request takes (for Retry-After)
 
     def start(self) -> None:
         """Start the thread and wait until the engine is open; re-raise what opening raised."""
@@ -105,6 +106,11 @@ class Worker:
 
     def submit(self, job: Job) -> None:
         self._jobs.put(job)
+        log.debug("request queued (%d waiting)", self._jobs.qsize())
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has likely moved on by one request (1 to 60)."""
+        return max(1, min(60, math.ceil(self.mean_s * (self.queued() + 1))))
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish the running job, drop queued ones, close the engine."""
@@ -127,17 +133,17 @@ class Worker:
             with ExitStack() as stack:
                 backend = self._open(stack)
                 self._ready.set()
+                self._idle(backend)  # nothing asked yet: other processes may write meanwhile
                 while (job := self._jobs.get()) is not None:
-                    self.busy = True
+                    started = time.monotonic()
                     try:
                         self._run(backend, job)
                     finally:
-                        self.busy = False
+                        took = time.monotonic() - started
+                        self.mean_s = 0.8 * self.mean_s + 0.2 * took
+                        log.debug("request ended after %.2f s", took)
                     if self._jobs.empty():
-                        try:
-                            backend.idle()
-                        except Exception as exc:  # the next request takes the lock back
-                            log.warning("could not hand the store over: %s", exc)
+                        self._idle(backend)
         except BaseException as exc:  # opening (or closing) the engine failed
             if not self._ready.is_set():
                 self._failure = exc
@@ -146,6 +152,13 @@ class Worker:
                 self._failure = exc
         finally:
             self._ready.set()
+
+    @staticmethod
+    def _idle(backend: Backend) -> None:
+        try:
+            backend.idle()
+        except Exception as exc:  # the next request takes the lock back
+            log.warning("could not hand the store over: %s", exc)
 
     @staticmethod
     def _record(backend: Backend, result: Result | None, failed: bool) -> None:
@@ -170,6 +183,7 @@ class Worker:
         job.reply = reply
         if job.cancelled.is_set():
             reply.cancel.set()
+        log.debug("request replying")
         job.post("started")
         try:
             for piece in reply:

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from cascade_cli.errors import InputError, NotFoundError
+from cascade_cli import errors
+from cascade_cli.errors import NotFoundError
 from cascade_cli.store import register_migrations
 
 
@@ -146,13 +147,8 @@ def _ids(blob: bytes) -> list[int]:
 
 
 def check_name(name: str) -> str:
-    """A usable session name (one line, not empty, not absurdly long)."""
-    clean = name.strip()
-    if not clean or len(clean) > 200 or any(c in clean for c in "\n\r\t\0"):
-        raise InputError(
-            f"invalid session name {name!r}", "Use a short name on one line, e.g. --session work."
-        )
-    return clean
+    """A usable session name (printable, one line, not empty, not absurdly long)."""
+    return errors.check_name(name, "session", "--session work")
 
 
 def find(conn: sqlite3.Connection, name: str) -> Session | None:

@@ -1,9 +1,14 @@
-"""The disk budget's eviction policy: least recently used unpinned chunks first."""
+"""The disk budget's eviction policy: least recently used unpinned chunks first — chunks of
+cache owners (the server's stored prompts, which clients resend whole) before any document's
+or session's, so that server traffic never evicts ingested content while it has its own."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+
+#: Owners whose chunks are a cache of data their clients resend (GLOB pattern): evicted first.
+CACHE_OWNERS = "api:*"
 
 
 @dataclass
@@ -33,12 +38,14 @@ class Usage:
 
 
 def lru_victims(conn: sqlite3.Connection, excess: int, keep: str) -> list[str]:
-    """Keys of unpinned chunks (never ``keep``), least recently used first, whose payloads add up
-    to at least ``excess`` bytes (fewer if the unpinned ones do not)."""
+    """Keys of unpinned chunks (never ``keep``), cache owners' first, then least recently used
+    first, whose payloads add up to at least ``excess`` bytes (fewer if the unpinned ones do
+    not)."""
     victims: list[str] = []
     for key, n in conn.execute(
-        "SELECT key, nbytes FROM chunks WHERE pinned = 0 AND key != ? ORDER BY accessed, created",
-        (keep,),
+        "SELECT key, nbytes FROM chunks WHERE pinned = 0 AND key != ? "
+        "ORDER BY owner GLOB ? DESC, accessed, created",
+        (keep, CACHE_OWNERS),
     ):
         if excess <= 0:
             break

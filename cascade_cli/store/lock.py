@@ -18,8 +18,11 @@ class StoreLock:
         self._fd: int | None = fd
 
     @classmethod
-    def acquire(cls, path: Path, timeout: float = 5.0) -> StoreLock:
-        """Wait up to ``timeout`` seconds for the lock, then raise StoreLockedError."""
+    def acquire(
+        cls, path: Path, timeout: float = 5.0, what: str | None = None, fix: str | None = None
+    ) -> StoreLock:
+        """Wait up to ``timeout`` seconds for the lock, then raise StoreLockedError (naming
+        `what` is locked, default the store, and `fix`)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + max(0.0, timeout)
         try:
@@ -32,8 +35,10 @@ class StoreLock:
                         holder = holder_pid(fd)
                         who = f"process {holder}" if holder else "another process"
                         raise StoreLockedError(
-                            f"store {path.parent} is in use by {who} (waited {timeout:g}s)",
-                            "Wait for it to finish, stop it, or use another --disk-cache-path.",
+                            f"{what or f'store {path.parent}'} is in use by {who} (waited "
+                            f"{timeout:g}s)",
+                            fix
+                            or "Wait for it to finish, stop it, or use another --disk-cache-path.",
                         ) from None
                     time.sleep(0.05)
             os.ftruncate(fd, 0)

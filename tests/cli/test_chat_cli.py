@@ -127,11 +127,29 @@ def test_sessions_list_and_rm_reclaims_space(home: Path) -> None:
     assert set(sessions(home)) == {"keep"}
     assert not query(home, "SELECT 1 FROM chunks WHERE owner = 'session:1'")
     assert_one_line_error(cli(["rm", "--session", "a b"], home), "no chat session named")
-    assert_one_line_error(cli(["rm"], home), "name one document or one --session")
+    assert_one_line_error(cli(["rm"], home), "name one document, one --session or --api")
 
 
 def test_bad_session_name_is_one_line(home: Path) -> None:
     assert_one_line_error(chat(home, "hi\n", "--session", " "), "invalid session name")
+    # terminal escape sequences and control characters never reach a terminal later
+    for name in ("red\x1b[31m", "bell\x07", "tab\there"):
+        assert_one_line_error(chat(home, "hi\n", "--session", name), "printable characters")
+
+
+def test_names_with_rich_markup_are_printed_as_they_are(home: Path) -> None:
+    name = "[/x] [bold]me[/bold]"
+    proc = chat(home, "Hi\n/stats\n", "-s", name, *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert f"session {name}: 1 turns" in proc.stdout and f"session {name}: 1 turns saved" in (
+        proc.stderr
+    )
+    listed = cli(["sessions"], home)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert "[/x]" in listed.stdout
+    assert cli(["stats"], home).returncode == 0
+    assert name in sessions(home)
+    assert_one_line_error(cli(["rm", "--session", "[/nope]"], home), "no chat session named")
 
 
 def test_reset_and_exit_commands(home: Path) -> None:

@@ -33,14 +33,17 @@ def make_home(root: Path, model_path: Path, embed_model_path: Path) -> Path:
 
 
 class Server:
-    """`python -m cascade_cli serve --port 0 ARGS` in CASCADE_HOME=home, started and ready."""
+    """`python -m cascade_cli serve --port 0 ARGS` in CASCADE_HOME=home, started and ready.
+    `debug`: run with --debug, whose log lines (``request queued``, ``request replying``) let
+    a test wait for the worker's state (the server shows none of it to clients)."""
 
-    def __init__(self, home: Path, *args: str, timeout: float = 180) -> None:
+    def __init__(self, home: Path, *args: str, timeout: float = 180, debug: bool = False) -> None:
         self.home = home
         self.err_path = home / f"serve-{time.monotonic_ns()}.err"
         self._err = self.err_path.open("w")
+        flag = ["--debug"] if debug else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cascade_cli", "serve", "--port", "0", *SMALL, *args],
+            [sys.executable, "-m", "cascade_cli", *flag, "serve", "--port", "0", *SMALL, *args],
             stdout=subprocess.PIPE,
             stderr=self._err,
             text=True,
@@ -80,18 +83,40 @@ class Server:
 
         return OpenAI(base_url=self.v1, api_key=key or "none", max_retries=0, timeout=120)
 
-    def post(self, path: str, body: Any, key: str | None = KEY, **kw: Any) -> httpx.Response:
-        """A raw POST: `body` is sent as JSON unless it is bytes."""
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+    def post(
+        self,
+        path: str,
+        body: Any,
+        key: str | None = KEY,
+        headers: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> httpx.Response:
+        """A raw POST: `body` is sent as JSON unless it is bytes; `headers` add to (or
+        replace) Authorization and Content-Type: application/json."""
+        sent = {"Authorization": f"Bearer {key}"} if key else {}
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-        return httpx.post(f"{self.base}{path}", content=content, headers=headers, timeout=120)
+        sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
+        return httpx.post(f"{self.base}{path}", content=content, headers=sent, timeout=120, **kw)
 
-    def health(self) -> dict[str, Any]:
-        response = httpx.get(f"{self.base}/health", timeout=10)
+    def health(self, key: str | None = KEY) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        response = httpx.get(f"{self.base}/health", headers=headers, timeout=10)
         assert response.status_code == 200, response.text
         data: dict[str, Any] = response.json()
         return data
+
+    def logged(self, fragment: str) -> int:
+        """How many times the server's stderr holds `fragment`."""
+        return self.stderr().count(fragment)
+
+    def wait_log(self, fragment: str, count: int, timeout: float = 60) -> None:
+        """Wait until `fragment` is in the server's stderr `count` times (a --debug server)."""
+        deadline = time.monotonic() + timeout
+        while self.logged(fragment) < count:
+            assert time.monotonic() < deadline, (fragment, count, self.stderr()[-2000:])
+            assert self.proc.poll() is None, self.stderr()[-2000:]
+            time.sleep(0.02)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         """Signal the server and wait for it; its exit status."""

@@ -44,18 +44,14 @@ def _stop_while_busy(server: Server) -> tuple[httpx.Response, httpx.Response]:
     def call(name: str, body: dict[str, object]) -> None:
         got[name] = server.post("/v1/completions", body, key=None)
 
+    queued, replying = server.logged("request queued"), server.logged("request replying")
     threads = [threading.Thread(target=call, args=("streamed", long))]
     threads[0].start()
-    deadline = time.monotonic() + 30
-    while not server.health()["busy"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    server.wait_log("request replying", replying + 1)
     short = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
     threads.append(threading.Thread(target=call, args=("queued", short)))
     threads[1].start()
-    while server.health()["queued"] < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    server.wait_log("request queued", queued + 2)  # behind the stream, which still replies
     started = time.monotonic()
     server.proc.send_signal(signal.SIGINT)
     for t in threads:
@@ -109,7 +105,7 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
         assert first.stop(signal.SIGTERM) == 0, first.stderr()
     assert "server stopped" in first.stderr() and "Traceback" not in first.stderr()
 
-    second = Server(home)
+    second = Server(home, debug=True)
     try:
         response = second.post("/v1/chat/completions", body, key=None)
         assert response.status_code == 200, response.text
@@ -120,10 +116,13 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
         streamed, queued = _stop_while_busy(second)
     finally:
         assert second.stop(signal.SIGINT) == 0, second.stderr()
-    # the open stream was ended at its next token and finished normally; the queued request
-    # was told the server is stopping
-    assert streamed.status_code == 200 and events(streamed)[-1] == "[DONE]"
-    assert events(streamed)[-2]["choices"][0]["finish_reason"] == "stop"
+    # the open stream was ended at its next token and told so (an error event, never a
+    # finish_reason: it did not finish); the queued request was told the server is stopping
+    assert streamed.status_code == 200
+    sent = events(streamed)
+    assert sent[-1]["error"]["code"] == "unavailable", sent[-3:]
+    assert "[DONE]" not in sent
+    assert all(c["choices"][0]["finish_reason"] is None for c in sent[:-1]), sent[-3:]
     assert_error(queued, 503)
     assert "Traceback" not in second.stderr()
     stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]

@@ -23,7 +23,8 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, model_path: Path, embed_model_path: Path
 ) -> Iterator[Server]:
     home = make_home(tmp_path_factory.mktemp("serve-requests"), model_path, embed_model_path)
-    srv = Server(home, "--api-key", KEY, "--system", SYSTEM)
+    # the key as pasted from a file: surrounding whitespace is not part of it
+    srv = Server(home, "--api-key", f"  {KEY}\n", "--system", SYSTEM)
     try:
         yield srv
     finally:
@@ -83,6 +84,13 @@ def chat(**fields: Any) -> dict[str, Any]:
         (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools", "tool"),
         (chat(tool_choice="required"), "tool_choice", "tool"),
         (chat(logprobs=True), "logprobs", "not supported"),
+        (chat(top_logprobs=2), "top_logprobs", "not supported"),
+        (chat(best_of=2), "best_of", "only best_of=1"),
+        (chat(best_of=True), "best_of", "only best_of=1"),
+        (chat(cache_salt=""), "cache_salt", "non-empty string"),
+        (chat(cache_salt=5), "cache_salt", "non-empty string"),
+        (chat(max_tokens=4097), "max_tokens", "cap of 4096"),
+        (chat(messages=[{"role": "user", "content": "x"}] * 1025), "messages", "limit of 1024"),
         (chat(response_format={"type": "json_object"}), "response_format", "text"),
         (chat(model=None), "model", "model"),
     ],
@@ -128,15 +136,24 @@ def test_unknown_routes_and_methods_keep_the_error_shape(server: Server) -> None
     assert_error(httpx.get(f"{server.base}{CHAT}", timeout=10), 405)
 
 
-def test_api_key_is_required_except_for_health(server: Server) -> None:
+def test_api_key_is_required_everywhere(server: Server) -> None:
+    raw = {"model": MODEL, "prompt": "Hi", "max_tokens": 1}
     for key in (None, "wrong"):
-        assert_error(server.post(CHAT, chat(), key=key), 401, code="invalid_api_key")
+        for path, body in ((CHAT, chat()), ("/v1/completions", raw)):
+            for stream in (False, True):
+                response = server.post(path, {**body, "stream": stream}, key=key)
+                assert_error(response, 401, code="invalid_api_key")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        response = httpx.get(f"{server.v1}/models", headers=headers, timeout=10)
-        assert_error(response, 401, code="invalid_api_key")
+        for path in ("/v1/models", f"/v1/models/{MODEL}", "/health"):
+            response = httpx.get(f"{server.base}{path}", headers=headers, timeout=10)
+            assert_error(response, 401, code="invalid_api_key")
     with pytest.raises(openai.AuthenticationError):
         server.client(key="wrong").models.list()
-    assert server.health()["status"] == "ok"
+    # the key the server was given with surrounding whitespace matches, as does a header
+    # with a doubled space; /health tells no queue state
+    assert server.health() == {"status": "ok", "model": MODEL}
+    padded = {"Authorization": f"Bearer  {KEY}"}
+    assert httpx.get(f"{server.v1}/models", headers=padded, timeout=10).status_code == 200
     assert [m.id for m in server.client().models.list()] == [MODEL]
 
 

@@ -1,0 +1,236 @@
+"""Soak: `cascade serve` under N clients for a while — conversations started and resent, a
+shared prefix, oversized bodies — reporting disk against the budget, memory first vs last,
+latencies and errors.
+
+python bench/soak.py [--minutes 30] [--clients 4] [--api-cache-budget 32MiB]
+                    [--memory-cache-size 64MiB]
+
+Each client loops until the time is up, picking at random: resend its conversation with one
+more user message (60 %), start a new conversation that opens with the shared prefix (a long
+system prompt and a long first message every client sends; 30 %), or send a 1 MiB body (10 %),
+which the server refuses with 413 (run with --max-body-size 256KiB: a 1 MiB message would be a
+quarter-million-token prompt). A 429 (queue full) is retried after its Retry-After. Every 5 s
+the server's RSS, the store's size on disk (du) and the bytes of its conversations (the
+``api:`` chunks) are sampled.
+
+Reported: requests per kind and status, errors (any other status, a transport error or a bad
+response), p50/p99 latency of answered requests (queueing included), the slowest 413, the share
+of prompt tokens answered from the cache, the store's size and the conversations' bytes
+(max over the run) against --api-cache-budget, RSS mean of the first and the last fifth of the
+run. Window 1024, block 128, replies ≤ 16 tokens, threads from CASCADE_THREADS (default 2).
+The results go to bench/results/soak-<minutes>min.json (with the 5-second samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.chat_common import ROOT as _ROOT  # noqa: E402
+from bench.chat_common import home  # noqa: E402
+from bench.serve import model_name, serving  # noqa: E402
+
+SYSTEM = "You are a helpful assistant. Answer in one short sentence. " * 8
+TOPICS = ["rivers", "bread", "chess", "glass", "winter", "trains", "tea", "birds", "salt", "maps"]
+
+
+def _shared_prefix() -> str:
+    text = _ROOT / "cascade_cli" / "samples" / "persuasion.txt"
+    words = text.read_text(encoding="utf-8").split()[2000:2300]
+    return "Here is a passage I am reading:\n" + " ".join(words)
+
+
+class Tally:
+    """What the clients saw (locked: clients are threads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+        self.latencies: list[float] = []  # answered requests (200)
+        self.refused: list[float] = []  # the 413s
+        self.cached = 0
+        self.prompt = 0
+        self.errors: list[str] = []
+
+    def add(self, kind: str, status: str, seconds: float | None = None) -> None:
+        with self.lock:
+            key = f"{kind} {status}"
+            self.counts[key] = self.counts.get(key, 0) + 1
+            if seconds is not None:
+                (self.latencies if status == "200" else self.refused).append(seconds)
+
+    def error(self, text: str) -> None:
+        with self.lock:
+            self.errors.append(text)
+
+
+def _post(url: str, body: bytes) -> httpx.Response:
+    headers = {"Content-Type": "application/json"}
+    return httpx.post(url + "/v1/chat/completions", content=body, headers=headers, timeout=600)
+
+
+def _client(url: str, c: int, deadline: float, tally: Tally, prefix: str) -> None:
+    rnd = random.Random(c)
+    model = model_name(url)
+    msgs: list[dict[str, str]] = []
+    while time.monotonic() < deadline:
+        roll = rnd.random()
+        if roll < 0.1:
+            kind = "big"
+            huge = [{"role": "user", "content": "x" * (1 << 20)}]
+            body = json.dumps({"model": model, "messages": huge, "max_tokens": 16}).encode()
+        else:
+            if roll < 0.4 or not msgs or len(msgs) > 16:
+                kind = "new"
+                msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prefix}]
+                msgs.append({"role": "assistant", "content": "I have read it."})
+            else:
+                kind = "resend"
+            topic = TOPICS[rnd.randrange(len(TOPICS))]
+            msgs.append({"role": "user", "content": f"Client {c}: one fact about {topic}?"})
+            body = json.dumps(
+                {"model": model, "messages": msgs, "max_tokens": 16, "temperature": 0.7}
+            ).encode()
+        t0 = time.perf_counter()
+        try:
+            r = _post(url, body)
+        except httpx.HTTPError as exc:
+            tally.error(f"{kind}: {type(exc).__name__}: {exc}")
+            continue
+        took = time.perf_counter() - t0
+        if r.status_code == 429:
+            tally.add(kind, "429")
+            time.sleep(int(r.headers.get("retry-after", "1")))
+            if kind != "big":
+                msgs.pop()
+            continue
+        if kind == "big":
+            tally.add(kind, str(r.status_code), took)
+            if r.status_code != 413:
+                tally.error(f"big: HTTP {r.status_code}")
+            continue
+        if r.status_code != 200:
+            tally.add(kind, str(r.status_code))
+            tally.error(f"{kind}: HTTP {r.status_code}: {r.text[:200]}")
+            msgs = []
+            continue
+        data = r.json()
+        usage = data["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        if not 0 <= cached <= usage["prompt_tokens"]:
+            tally.error(f"{kind}: impossible usage {usage}")
+        with tally.lock:
+            tally.cached += cached
+            tally.prompt += usage["prompt_tokens"]
+        tally.add(kind, "200", took)
+        msgs.append({"role": "assistant", "content": data["choices"][0]["message"]["content"]})
+
+
+def _api_bytes(where: Path) -> int:
+    db = where / "store" / "index.sqlite"
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            query = "SELECT COALESCE(SUM(nbytes), 0) FROM chunks WHERE owner GLOB 'api:*'"
+            return int(conn.execute(query).fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _du(where: Path) -> int:
+    out = subprocess.run(["du", "-sb", str(where / "store")], capture_output=True, text=True)
+    return int(out.stdout.split()[0]) if out.returncode == 0 else 0
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ranked = sorted(values)
+    return ranked[min(len(ranked) - 1, int(q * len(ranked)))]
+
+
+def soak(args: argparse.Namespace) -> dict[str, Any]:
+    where = home("serve-soak")
+    budget = args.api_cache_budget
+    flags = ["--gpu-cache-size", "1024", "--block-size", "128", "--max-body-size", "256KiB"]
+    flags += ["--api-cache-budget", budget, "--memory-cache-size", args.memory_cache_size]
+    prefix = _shared_prefix()
+    tally = Tally()
+    samples: list[dict[str, float]] = []
+    with serving(where, *flags) as s:
+        t0 = time.monotonic()
+        deadline = t0 + args.minutes * 60
+        threads = [
+            threading.Thread(target=_client, args=(s.url, c, deadline, tally, prefix))
+            for c in range(args.clients)
+        ]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            samples.append(
+                {
+                    "t": round(time.monotonic() - t0, 1),
+                    "rss_mib": round(s.rss_mib(), 1),
+                    "store_bytes": _du(where),
+                    "api_bytes": _api_bytes(where),
+                }
+            )
+            time.sleep(5)
+        wall = time.monotonic() - t0
+        rss_end = s.rss_mib()
+    fifth = max(1, len(samples) // 5)
+    report = {
+        "minutes": args.minutes,
+        "clients": args.clients,
+        "flags": flags,
+        "wall_s": round(wall, 1),
+        "requests": dict(sorted(tally.counts.items())),
+        "errors": tally.errors[:20],
+        "n_errors": len(tally.errors),
+        "latency_s": {
+            "p50": round(_pct(tally.latencies, 0.5), 2),
+            "p99": round(_pct(tally.latencies, 0.99), 2),
+            "mean": round(statistics.fmean(tally.latencies), 2) if tally.latencies else 0.0,
+        },
+        "refused_413_max_s": round(max(tally.refused, default=0.0), 2),
+        "cached_share": round(tally.cached / tally.prompt, 3) if tally.prompt else 0.0,
+        "api_cache_budget": budget,
+        "api_bytes_max": max((x["api_bytes"] for x in samples), default=0),
+        "api_bytes_end": samples[-1]["api_bytes"] if samples else 0,
+        "store_bytes_max": max((x["store_bytes"] for x in samples), default=0),
+        "rss_first_fifth_mib": round(statistics.fmean(x["rss_mib"] for x in samples[:fifth]), 1),
+        "rss_last_fifth_mib": round(statistics.fmean(x["rss_mib"] for x in samples[-fifth:]), 1),
+        "rss_end_mib": round(rss_end, 1),
+        "samples": samples,
+    }
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--api-cache-budget", default="32MiB")
+    ap.add_argument("--memory-cache-size", default="64MiB", help="the server's RAM tier")
+    args = ap.parse_args()
+    report = soak(args)
+    out = ROOT / "bench" / "results" / f"soak-{args.minutes:g}min.json"
+    out.write_text(json.dumps(report, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The server's stored prompt blocks as a cache with a budget of their own.
+
+Every request stores its new blocks, so without a bound the server's data grows for ever. A
+block's cache entry is its chunk (an ``api:`` owner's), its row and its passages in the
+conversation's recall index: when the ``api:`` chunks pass ``api_cache_budget`` bytes, blocks
+go, least recently used first (never one the window holds now): rows and passages first
+(committed), then chunks — a crash in between leaves chunks without rows, which `cascade rm
+--api` and `cascade verify --repair` delete. Rows whose chunk is already gone (evicted by the
+disk budget, or never saved beside another writer) go too, and a conversation left without rows
+loses its recall tables. A block that comes back is decoded again (clients resend the whole
+conversation) under a new key (catalog.add). Documents and sessions are never touched here, and
+the store's own disk budget evicts ``api:`` chunks before theirs (store/budget.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+
+from cascade_cli.prompts import catalog
+from cascade_cli.recall import index as recall_index
+from cascade_cli.store import DiskStore
+
+PATTERN = catalog.PREFIX + "*"
+
+
+def _forget_rows(conn: sqlite3.Connection, blocks: list[tuple[str, int]]) -> None:
+    """Drop block rows [(owner, idx)] and their passages; a conversation left without rows
+    loses its recall index. Caller commits."""
+    by_owner: dict[str, list[int]] = defaultdict(list)
+    for owner, idx in blocks:
+        by_owner[owner].append(idx)
+    for owner, idxs in by_owner.items():
+        if catalog.has_table(conn):
+            conn.executemany(
+                "DELETE FROM api_blocks WHERE owner = ? AND idx = ?", [(owner, i) for i in idxs]
+            )
+            left = conn.execute("SELECT 1 FROM api_blocks WHERE owner = ? LIMIT 1", (owner,))
+            if left.fetchone() is None:
+                recall_index.forget(conn, owner)
+                continue
+        recall_index.drop_chunks(conn, owner, idxs)
+
+
+def _split(key: str) -> tuple[str, int]:
+    owner, _, idx = key.rpartition(":")
+    return owner, int(idx)
+
+
+def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
+    """Remove least recently used blocks (never a key in `keep`) until the ``api:`` chunks take
+    at most `budget` bytes, and rows whose chunk is gone; (keys removed, bytes freed)."""
+    with disk.lock:
+        conn = disk.conn
+        chunks = conn.execute(
+            "SELECT key, nbytes FROM chunks WHERE owner GLOB ? ORDER BY accessed, created",
+            (PATTERN,),
+        ).fetchall()
+        stale: list[tuple[str, int]] = []
+        if catalog.has_table(conn):
+            stale = conn.execute(
+                "SELECT owner, idx FROM api_blocks b WHERE NOT EXISTS (SELECT 1 FROM chunks c "
+                "WHERE c.key = b.owner || ':' || b.idx)"
+            ).fetchall()
+    total = sum(int(n) for _, n in chunks)
+    victims: list[str] = []
+    for key, n in chunks:
+        if total <= budget:
+            break
+        if key not in keep:
+            victims.append(key)
+            total -= int(n)
+    gone = [(o, i) for o, i in stale if f"{o}:{i}" not in keep]
+    if not victims and not gone:
+        return [], 0
+    with disk.transaction() as conn:
+        _forget_rows(conn, [*gone, *(_split(k) for k in victims)])
+    freed = sum(disk.delete(k) for k in victims)
+    return [*victims, *(f"{o}:{i}" for o, i in gone)], freed
+
+
+def orphans(disk: DiskStore) -> dict[str, int]:
+    """``api:`` owners with chunks that no block row names (a removal cut short), and how
+    many (`cascade verify`)."""
+    with disk.lock:
+        conn = disk.conn
+        if not catalog.has_table(conn):
+            query = "SELECT owner, COUNT(*) FROM chunks WHERE owner GLOB ? GROUP BY owner"
+        else:
+            query = (
+                "SELECT c.owner, COUNT(*) FROM chunks c WHERE c.owner GLOB ? AND NOT EXISTS "
+                "(SELECT 1 FROM api_blocks b WHERE b.owner = c.owner "
+                "AND c.key = b.owner || ':' || b.idx) GROUP BY c.owner"
+            )
+        return {owner: int(n) for owner, n in conn.execute(query, (PATTERN,))}
+
+
+def clear(disk: DiskStore) -> tuple[int, int]:
+    """Remove every conversation the server stored (`cascade rm --api`): (owners, bytes)."""
+    with disk.lock:
+        owners = set(catalog.owner_rows(disk.conn))
+    owners |= {o for o in disk.owners() if o.startswith(catalog.PREFIX)}
+    freed = 0
+    for owner in sorted(owners):
+        with disk.transaction() as conn:
+            catalog.forget(conn, owner)
+            recall_index.forget(conn, owner)
+        freed += disk.delete_owner(owner)
+    return len(owners), freed
