@@ -116,6 +116,10 @@ class Settings:
     flash_attn: str = "auto"
     recall: str = "hybrid"
     embed_model: str = "minilm-l6"
+    #: redis://[user:password@]host:port/db (rediss:// for TLS): the shared tier below disk
+    #: ("" = none). Never printed as is (store.remote.redact).
+    remote_cache_url: str = dataclasses.field(default="", repr=False)
+    remote_cache_ttl: int = 0  # seconds a published chunk lives in Redis (0 = until evicted)
 
     @property
     def n_threads(self) -> int:
@@ -126,7 +130,7 @@ class Settings:
 _FIELDS = {f.name for f in dataclasses.fields(Settings)}
 
 
-_TEXT = ("model", "disk_cache_path", "compression", "flash_attn")
+_TEXT = ("model", "disk_cache_path", "compression", "flash_attn", "remote_cache_url")
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -166,6 +170,12 @@ def _coerce(key: str, value: Any) -> Any:
         return text
     if key == "disk_cache_path":
         return Path(str(value)).expanduser()
+    if key == "remote_cache_url":
+        from cascade_cli.store.remote import check_url  # (the tier is loaded only when used)
+
+        return check_url(str(value)) if str(value).strip() else ""
+    if key == "remote_cache_ttl":
+        return parse_int(value, key, 0)
     if key == "model":
         text = str(value).strip()
         if not text:

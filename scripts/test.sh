@@ -8,6 +8,11 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# redis-server for the remote tier's tests (they start their own on a free loopback port)
+if ! command -v redis-server >/dev/null; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update && $SUDO apt-get install -y redis-server
+fi
 CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -137,6 +137,7 @@ def serve(
     flash_attn: opt.FlashAttn = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
+    remote: opt.Remote = None,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API whose prompt cache lives in the store.
 
@@ -157,6 +158,7 @@ def serve(
             flash_attn=flash_attn,
             recall=recall,
             embed_model=embed_model,
+            remote_cache_url=remote,
         )
     )
     if api_key is not None and not api_key.strip():

@@ -15,7 +15,7 @@ from cascade_cli.paging import catalog
 from cascade_cli.server import stats as server_stats
 from cascade_cli.session import manage
 from cascade_cli.store import DiskStore, snapshot
-from cascade_cli.store.stats import LATENCY_OPS, TIERS, empty_histogram
+from cascade_cli.store.stats import LATENCY_OPS, REMOTE_COUNTERS, TIERS, empty_histogram
 
 
 def collect(path_flag: Any = None) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
         empty = {n: 0 for n in ("hits", "misses", "bytes_read", "bytes_written", "evictions")}
         return {
             "store": str(cfg.disk_cache_path),
-            "tiers": {t: dict(empty) for t in TIERS},
+            "tiers": _remote({t: dict(empty) for t in TIERS}),
             "latency": {op: empty_histogram() for op in LATENCY_OPS},
             "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0},
             "documents": [],
@@ -55,11 +55,19 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             {k: r[k] for k in ("name", "turns", "tokens", "chunks", "bytes", "compression")}
             for r in manage.rows(store)
         ]
+    _remote(snap["tiers"])
     snap["server"] = {**server_stats.section(snap["tiers"]), **server_stats.stored(by_owner)}
     snap["store"] = str(cfg.disk_cache_path)
     snap["documents"] = docs
     snap["sessions"] = chats
     return snap
+
+
+def _remote(tiers: dict[str, Any]) -> dict[str, Any]:
+    """The remote tier's own counters, present (0) even before it was ever used."""
+    for name in REMOTE_COUNTERS:
+        tiers["remote"].setdefault(name, 0)
+    return tiers
 
 
 def _size(n: float) -> str:
@@ -95,6 +103,12 @@ def stats(
             str(t["evictions"]),
         )
     out.print(tiers)
+    r = data["tiers"]["remote"]
+    if any(r.values()):
+        out.print(
+            f"remote tier: {r['published']} chunks published, {r['corrupt']} failed "
+            f"verification (not served), {r['errors']} calls failed or skipped while unreachable"
+        )
     lat = Table(title="latency")
     for col in ("operation", "count", "mean"):
         lat.add_column(col)

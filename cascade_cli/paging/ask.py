@@ -9,7 +9,7 @@ from typing import Any
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
+from cascade_cli.errors import ContextFullError, NotFoundError, StoreError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
@@ -157,9 +157,9 @@ def _place(
         else:
             try:
                 restored += win.place(lib.pager.get(meta.key, at=win.end))
-            except CorruptChunkError:
+            except StoreError:  # damaged, or gone from the remote tier as well
                 return restored, meta
-            tier = "ram" if meta.key in warm else "disk"
+            tier = lib.pager.origin(meta.key) or ("ram" if meta.key in warm else "disk")
         result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
     return restored, None
 
@@ -198,7 +198,7 @@ def ask(
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
     try:
-        metas = [lib.disk.meta(k) for k in keys]
+        metas = [lib.chunk_meta(doc, i) for i in chosen]
     except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
         gone = set(keys) & lib.disk.evicted(doc.owner)
         why = f"{len(gone)} evicted by the disk budget" if gone else exc.message

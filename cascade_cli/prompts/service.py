@@ -26,6 +26,7 @@ from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.remote import digest
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts import catalog
 from cascade_cli.prompts.render import Block, address, chain, cut, finished_turn, segments
@@ -74,6 +75,8 @@ class PromptService:
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
         self.block = planning.block_for(lib.settings.block_size, self.window)
+        if lib.remote is not None:  # prompt blocks are shared through the remote tier
+            lib.remote.register(catalog.PREFIX, self._address)
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -139,6 +142,14 @@ class PromptService:
         except BaseException:
             self.pages.reset()
             raise
+
+    def _address(self, key: str, meta: ChunkMeta | None) -> str | None:
+        """A stored block's remote address: its chain hash and the compression it is kept in."""
+        owner, _, idx = key.rpartition(":")
+        with self.lib.disk.lock:
+            block = catalog.hash_of(self.lib.disk.conn, owner, int(idx)) if idx.isdigit() else None
+        scheme = meta.scheme if meta is not None else self.lib.settings.compression
+        return None if block is None else digest("api", scheme, block)
 
     # ---- layout ----------------------------------------------------------------------------
 

@@ -3,6 +3,10 @@
 The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the codec's own
 ``encode``) and ``decode(payload[, at]) -> state`` (e.g. ``codec.decode`` with the model's RoPE;
 ``at`` asks for the state moved so that its chunk starts at that position).
+
+A ``remote`` source (paging.remote) adds the tier below disk: a chunk the disk lacks (or holds
+damaged) is fetched from it on the reader threads, decoded, and saved to disk on the write-back
+threads; a chunk saved to disk is published to it from the write-back thread, after its commit.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
-from cascade_cli.errors import StoreLockedError
+from cascade_cli.errors import CorruptChunkError, NotFoundError, StoreLockedError
 from cascade_cli.store.disk import DiskStore
 from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
@@ -24,6 +28,15 @@ from cascade_cli.store.records import ChunkMeta
 Encode = Callable[[Any, str], bytes]
 #: decode(payload) -> state, or decode(payload, at) -> the state moved to start at position `at`
 Decode = Callable[..., Any]
+
+
+class RemoteSource(Protocol):
+    """The tier below disk, as the pager sees it: fetch by store key, publish after a commit.
+    Neither call raises: an unavailable remote is a miss, a failed publish is counted."""
+
+    def fetch(self, key: str) -> tuple[ChunkMeta, bytes] | None: ...
+
+    def publish(self, meta: ChunkMeta, payload: bytes) -> None: ...
 
 
 def lower_priority(increment: int) -> None:
@@ -59,8 +72,10 @@ class Pager:
         max_pending: int = 4,
         max_prefetch: int = 16,
         writer_nice: int = 0,
+        remote: RemoteSource | None = None,
     ) -> None:
         self.disk = disk
+        self.remote = remote
         self.ram = ram
         self._encode = encode
         self._decode = decode
@@ -79,6 +94,7 @@ class Pager:
         self._errors: list[BaseException] = []
         self._backlog: list[tuple[str, int | None]] = []
         self._gen: dict[str, int] = {}  # bumped by save(): loads begun earlier are stale
+        self._origin: dict[str, str] = {}  # keys whose last load came from the remote tier
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -130,20 +146,75 @@ class Pager:
             return fut.result()[0]
         state = self.ram.get(key)
         if state is not None:
+            with self._lock:
+                self._origin.pop(key, None)
             return state
         return self._load(key, at)[0]
 
-    def _load(self, key: str, at: int | None = None) -> tuple[Any, bool]:
+    def get_remote(self, key: str, at: int | None = None) -> Any:
+        """The state of ``key`` from the remote tier only (the disk's copy, if any, is not the
+        one wanted); NotFoundError when there is none (or no remote tier)."""
+        return self._load(key, at, local=False)[0]
+
+    def origin(self, key: str) -> str | None:
+        """``remote`` if the state last handed out for ``key`` came from the remote tier (asked
+        once per load: the answer is forgotten)."""
+        with self._lock:
+            return self._origin.pop(key, None)
+
+    def _load(self, key: str, at: int | None = None, local: bool = True) -> tuple[Any, bool]:
         with self._lock:
             pending = self._saving.get(key)
             gen = self._gen.get(key, 0)
         if pending is not None:
             wait([pending])
-        payload = self.disk.get(key)
+        payload: bytes | None = None
+        if local:
+            try:
+                payload = self.disk.get(key)
+            except (NotFoundError, CorruptChunkError):
+                if self.remote is None:
+                    raise
+                got = self.remote.fetch(key)
+                if got is None:
+                    raise
+                payload = self._filled(got)
+        else:
+            got = self.remote.fetch(key) if self.remote is not None else None
+            if got is None:
+                raise NotFoundError(f"no chunk {key!r} in the remote tier")
+            payload = self._filled(got)
         state = self._decode(payload) if at is None else self._decode(payload, at)
         with self._lock:  # a save() since this load began makes its state stale: not cached
             cached = self._gen.get(key, 0) == gen and self.ram.put(key, state)
         return state, cached
+
+    def _filled(self, got: tuple[ChunkMeta, bytes]) -> bytes:
+        """A chunk fetched from the remote tier: saved to disk on a write-back thread when a
+        slot is free at once (never waited for: the disk copy only saves the next fetch)."""
+        meta, payload = got
+        with self._lock:
+            self._origin[meta.key] = "remote"
+        if self.disk.readonly or not self._slots.acquire(blocking=False):
+            return payload
+        try:
+            with self._lock:
+                prev = self._saving.get(meta.key)
+                fut = self._writers.submit(self._fill, meta, payload, prev)
+                self._saving[meta.key] = fut
+        except BaseException:
+            self._slots.release()
+            raise
+        fut.add_done_callback(partial(self._saved, meta.key))
+        return payload
+
+    def _fill(self, meta: ChunkMeta, payload: bytes, prev: Future[ChunkMeta] | None) -> ChunkMeta:
+        if prev is not None:
+            wait([prev])
+        try:
+            return self.disk.put(meta, payload)
+        except Exception:  # locked by a writer, disk full…: the remote copy still serves it
+            return meta
 
     def cancel(self) -> None:
         """Forget every prefetch not yet consumed (running ones finish and fill RAM)."""
@@ -191,7 +262,11 @@ class Pager:
         try:
             if prev is not None:
                 wait([prev])  # same key: keep saves in order (its error is reported on its own)
-            return self.disk.put(meta, self._encode(blob, meta.scheme))
+            payload = self._encode(blob, meta.scheme)
+            rec = self.disk.put(meta, payload)
+            if self.remote is not None:
+                self.remote.publish(rec, payload)  # after the commit, off the decode path
+            return rec
         except StoreLockedError as exc:
             if self.disk.mode == "shared":
                 return meta  # a reader beside a writer: not saved this time
