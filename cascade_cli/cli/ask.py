@@ -19,6 +19,7 @@ from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
 from cascade_cli.paging.library import Library
 from cascade_cli.recall.select import QUOTES
+from cascade_cli.store.index import INDEX
 
 
 def ask_cmd(
@@ -99,10 +100,12 @@ def ask_cmd(
         raise InputError(f"unknown --quote '{quote}'", f"Use one of: {', '.join(QUOTES)}.")
     if not cfg.remote_cache_url:
         require_document(cfg, doc)  # before the model loads
+    # a reader beside a writer; a new home asking a published document creates its store
+    fresh = cfg.remote_cache_url and not (cfg.disk_cache_path / INDEX).exists()
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size + 256) as ctx,
-        Library(cfg, ctx, mode="shared", embed_path=embed_path(cfg)) as lib,
+        Library(cfg, ctx, mode="write" if fresh else "shared", embed_path=embed_path(cfg)) as lib,
     ):
         lib.recall.preload()
         try:

@@ -146,8 +146,10 @@ def _place(
     warm: set[str],
     fresh: dict[str, Any],
     result: AskResult,
+    seen: dict[str, str],
 ) -> tuple[int, ChunkMeta | None]:
-    """Place the chunks after the sink; (tokens restored, the first damaged chunk or None)."""
+    """Place the chunks after the sink; (tokens restored, the first damaged chunk or None).
+    ``seen``: the tier each chunk first came from (a pass after a recompute finds it in RAM)."""
     result.chunks = []
     restored = 0
     for idx, meta in zip(chosen, metas, strict=True):
@@ -160,6 +162,7 @@ def _place(
             except StoreError:  # damaged, or gone from the remote tier as well
                 return restored, meta
             tier = lib.pager.origin(meta.key) or ("ram" if meta.key in warm else "disk")
+        tier = seen.setdefault(meta.key, tier)
         result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
     return restored, None
 
@@ -217,10 +220,11 @@ def ask(
     t_plan = time.perf_counter()
     fresh: dict[str, Any] = {}  # damaged chunks recomputed in their own context
     sink_tier = ""
+    seen: dict[str, str] = {}
     while True:
         tier = place_sink(lib, win, prefix, doc.scheme)
         sink_tier = sink_tier or tier  # the first pass's: later ones find it in RAM
-        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result)
+        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result, seen)
         if damaged is None:
             break
         # never serve bad bytes: recompute the chunk where ingest made it, then start over
