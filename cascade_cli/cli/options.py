@@ -67,7 +67,7 @@ Remote = Annotated[
     str | None,
     typer.Option(
         "--remote",
-        help="Shared remote tier below disk: redis://[user:password@]host:port/db (rediss:// "
-        "for TLS).",
+        help="Shared remote tier below disk: redis://host:port/db, or "
+        "redis://user:password@host:port/db, or rediss://… for TLS.",
     ),
 ]

@@ -57,12 +57,10 @@ def redact(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<invalid url>"
-    if parts.password is None:
+    if "@" not in parts.netloc:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    auth, _, host = parts.netloc.rpartition("@")
+    user = auth.partition(":")[0] if ":" in auth else ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
@@ -77,7 +75,8 @@ def check_url(url: str) -> str:
     if parts is None or parts.scheme not in SCHEMES or not parts.hostname:
         raise ConfigError(
             f"invalid remote cache URL {redact(text)!r}",
-            "Use redis://[user:password@]host:port/db (or rediss:// for TLS).",
+            "Use redis://host:port/db, with user:password@ before the host if Redis needs "
+            "them (rediss:// for TLS).",
         )
     del port
     db = parts.path.strip("/")

@@ -182,8 +182,10 @@ def test_urls_are_checked_and_redacted() -> None:
     assert redact("redis://u:p4ss@h:1/0") == "redis://u:***@h:1/0"
     assert redact("rediss://:p4ss@h/2") == "rediss://:***@h/2"
     assert redact("redis://h:1/0") == "redis://h:1/0"
+    assert redact("redis://p4ss@h:1/0") == "redis://:***@h:1/0"  # a password alone
+    assert "p4ss" not in redact("redis://u:p4ss@h:x/0")  # even in a URL with a bad port
     assert check_url("rediss://h:6380/1") == "rediss://h:6380/1"
-    for bad in ("http://h:1/0", "redis://", "redis://h:1/x", "h:6379"):
+    for bad in ("http://h:1/0", "redis://", "redis://h:1/x", "h:6379", "redis://u:p4ss@h:x/0"):
         with pytest.raises(ConfigError) as exc:
             check_url(bad)
         assert "p4ss" not in exc.value.one_line()
