@@ -153,7 +153,19 @@ class Pager:
 
     def get_remote(self, key: str, at: int | None = None) -> Any:
         """The state of ``key`` from the remote tier only (the disk's copy, if any, is not the
-        one wanted); NotFoundError when there is none (or no remote tier)."""
+        one wanted): a read-ahead that fetched it from there, else a fetch now; NotFoundError
+        when there is none (or no remote tier)."""
+        with self._lock:
+            fut = self._reading.pop(key, None)
+        if fut is not None:
+            try:
+                state = fut.result()[0]
+            except Exception:  # (a miss: fetched again below, where it can say so)
+                state = None
+            with self._lock:
+                fetched = self._origin.get(key) == "remote"
+            if state is not None and fetched:
+                return state
         return self._load(key, at, local=False)[0]
 
     def origin(self, key: str) -> str | None:
@@ -166,6 +178,7 @@ class Pager:
         with self._lock:
             pending = self._saving.get(key)
             gen = self._gen.get(key, 0)
+            self._origin.pop(key, None)  # set again below if this load is the remote tier's
         if pending is not None:
             wait([pending])
         payload: bytes | None = None
