@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from bench.chat_common import home  # noqa: E402
+from bench.restore_speed import drop_cache  # noqa: E402
 from bench.serve import Server, stream  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
 
@@ -75,16 +76,6 @@ def cli(where: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], floa
     if proc.returncode != 0:
         raise RuntimeError(f"cascade {' '.join(args[:2])} failed: {proc.stderr}")
     return proc, wall
-
-
-def drop_cache(files: list[Path]) -> None:
-    for f in files:
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def machines(url: str, text: Path) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.paging.conftest import ctx  # noqa: F401  (the in-process tests' small context)
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 
 

@@ -4,14 +4,13 @@ request still answers from the local tiers, and the tier reconnects when Redis r
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from cascade_cli.config import Settings
-from cascade_cli.engine import Context, Model
+from cascade_cli.engine import Context
 from cascade_cli.errors import StoreError
 from cascade_cli.paging import shared
 from cascade_cli.paging.ask import AskResult, ask
@@ -23,14 +22,6 @@ from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, write_text
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason=SKIP_REASON)
-
-
-@pytest.fixture()
-def ctx(model: object) -> Iterator[Context]:
-    with Context(
-        cast(Model, model), n_ctx=WINDOW + BLOCK + 256, n_seq_max=4, n_batch=BLOCK, n_threads=1
-    ) as c:
-        yield c
 
 
 def settings(store: Path, url: str) -> Settings:
