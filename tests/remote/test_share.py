@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.ingest_helpers import ask_json, cli, ingest, stats_json
+from tests.cli.ingest_helpers import ask_json, cli, docs_json, ingest, stats_json
 from tests.paging.helpers import NEEDLE, write_text
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 from tests.server.helpers import MODEL, Server, make_home
@@ -53,6 +53,16 @@ def test_a_book_ingested_on_one_home_is_asked_on_another(
     checked = cli(["verify", "book", "--remote", url, "--json"], b)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert any("chunks held and readable" in n for n in json.loads(checked.stdout)["notes"])
+
+    raw = redis_server.client()
+    raw.delete(*raw.keys("cascade:v1:*:kv"))  # Redis lost the values (flushed, say)
+    lost = cli(["verify", "book", "--remote", url, "--repair", "--json"], a)
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    found = json.loads(lost.stdout)["damaged"]
+    assert [f["kind"] for f in found] == ["remote_missing"]
+    n = docs_json(a)[0]["chunks"]
+    assert found[0]["action"] == f"published again ({n} uploaded)"  # from A's disk
+    assert cli(["verify", "book", "--remote", url], a).returncode == 0
 
 
 def test_a_corrupted_value_is_never_served(
