@@ -240,6 +240,16 @@ class RemoteLink:
         except Exception as exc:  # never fails a save
             log.debug("remote publish of %s failed: %s", meta.key, exc)
 
+    def reject(self, key: str) -> None:
+        """A fetched value passed its checks but is no KV state here: counted, dropped."""
+        try:
+            address = self.address(key)
+            self.tier.stats.add("remote", "corrupt")
+            if address is not None:
+                self.tier.drop(address)
+        except Exception as exc:
+            log.debug("remote reject of %s failed: %s", key, exc)
+
     def close(self) -> None:
         self.tier.close()
 

@@ -20,7 +20,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol
 
-from cascade_cli.errors import CorruptChunkError, NotFoundError, StoreLockedError
+from cascade_cli.errors import CodecError, CorruptChunkError, NotFoundError, StoreLockedError
 from cascade_cli.store.disk import DiskStore
 from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
@@ -31,12 +31,15 @@ Decode = Callable[..., Any]
 
 
 class RemoteSource(Protocol):
-    """The tier below disk, as the pager sees it: fetch by store key, publish after a commit.
-    Neither call raises: an unavailable remote is a miss, a failed publish is counted."""
+    """The tier below disk, as the pager sees it: fetch by store key, publish after a commit,
+    reject a fetched value that does not decode. None raises: an unavailable remote is a miss,
+    a failed publish is counted."""
 
     def fetch(self, key: str) -> tuple[ChunkMeta, bytes] | None: ...
 
     def publish(self, meta: ChunkMeta, payload: bytes) -> None: ...
+
+    def reject(self, key: str) -> None: ...
 
 
 def lower_priority(increment: int) -> None:
@@ -181,35 +184,46 @@ class Pager:
             self._origin.pop(key, None)  # set again below if this load is the remote tier's
         if pending is not None:
             wait([pending])
-        payload: bytes | None = None
+        got: tuple[ChunkMeta, bytes] | None = None
         if local:
             try:
                 payload = self.disk.get(key)
             except (NotFoundError, CorruptChunkError):
-                if self.remote is None:
-                    raise
-                got = self.remote.fetch(key)
+                got = self.remote.fetch(key) if self.remote is not None else None
                 if got is None:
                     raise
-                payload = self._filled(got)
+                payload = got[1]
         else:
             got = self.remote.fetch(key) if self.remote is not None else None
             if got is None:
                 raise NotFoundError(f"no chunk {key!r} in the remote tier")
-            payload = self._filled(got)
-        state = self._decode(payload) if at is None else self._decode(payload, at)
+            payload = got[1]
+        try:
+            state = self._decode(payload) if at is None else self._decode(payload, at)
+        except CodecError as exc:
+            if got is None:
+                raise
+            assert self.remote is not None
+            self.remote.reject(key)
+            raise CorruptChunkError(  # checked bytes that are no KV state here: never used
+                f"chunk {key!r} from the remote tier does not decode ({exc.message})",
+                "It will be recomputed from its tokens.",
+            ) from None
+        if got is not None:
+            self._filled(got)
         with self._lock:  # a save() since this load began makes its state stale: not cached
             cached = self._gen.get(key, 0) == gen and self.ram.put(key, state)
         return state, cached
 
-    def _filled(self, got: tuple[ChunkMeta, bytes]) -> bytes:
-        """A chunk fetched from the remote tier: saved to disk on a write-back thread when a
-        slot is free at once (never waited for: the disk copy only saves the next fetch)."""
+    def _filled(self, got: tuple[ChunkMeta, bytes]) -> None:
+        """A chunk fetched from the remote tier (and decoded): saved to disk on a write-back
+        thread when a slot is free at once (never waited for: the disk copy only saves the next
+        fetch)."""
         meta, payload = got
         with self._lock:
             self._origin[meta.key] = "remote"
         if self.disk.readonly or not self._slots.acquire(blocking=False):
-            return payload
+            return
         try:
             with self._lock:
                 prev = self._saving.get(meta.key)
@@ -219,7 +233,6 @@ class Pager:
             self._slots.release()
             raise
         fut.add_done_callback(partial(self._saved, meta.key))
-        return payload
 
     def _fill(self, meta: ChunkMeta, payload: bytes, prev: Future[ChunkMeta] | None) -> ChunkMeta:
         if prev is not None:

@@ -16,6 +16,7 @@ from cascade_cli.paging import shared
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.remote import record_of
 from cascade_cli.store import remote as remote_tier
 from cascade_cli.store import snapshot
 from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, write_text
@@ -81,3 +82,33 @@ def test_redis_killed_mid_ingest_then_mid_ask(
         counters = snapshot(lib.disk)["tiers"]["remote"]
         assert counters["errors"] >= 1
         assert counters["hits"] >= 1  # the one fetched before the kill
+
+
+def test_a_value_that_does_not_decode_is_recomputed(
+    tmp_path: Path, ctx: Context, redis_server: RedisProc
+) -> None:
+    """Bytes that pass the size and checksum but are no KV state (a writer's bug) never reach
+    the window: counted as corrupt, dropped, the chunk recomputed and published again."""
+    url = redis_server.url
+    with Library(settings(tmp_path / "a", url), ctx) as lib:
+        doc = ingest(ctx, lib, write_text(tmp_path / "t.txt", 1200), "t", "utf-8", lambda s: None)
+        lib.pager.flush()
+        shared.publish(lib, doc)
+    with Library(settings(tmp_path / "b", url), ctx) as lib:
+        assert lib.remote is not None
+        pulled = shared.pull(lib, "t")
+        addresses = [lib.remote.chain(pulled, i) for i in range(pulled.chunks)]
+        for i, address in enumerate(addresses):
+            assert address is not None
+            meta = lib.chunk_meta(pulled, i)
+            assert lib.remote.tier.put(address, b"not a KV state" * 50, record_of(meta))
+        result = AskResult(doc="t")
+        answer = "".join(ask(ctx, lib, pulled, "Who is Sir Walter?", result, window=WINDOW,
+                             mode="bm25", max_tokens=8))  # fmt: skip
+        assert answer.strip()
+        assert {c["tier"] for c in result.chunks} == {"recomputed"}
+        assert snapshot(lib.disk)["tiers"]["remote"]["corrupt"] >= len(result.chunks)
+        lib.pager.flush()  # the recomputed chunks were published again, as real states
+        for c in result.chunks:
+            got = lib.remote.tier.get(addresses[c["index"]])
+            assert got is not None and got[0] != b"not a KV state" * 50
