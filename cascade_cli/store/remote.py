@@ -9,7 +9,8 @@ Per chunk, two keys (as LMCache does): ``cascade:v1:<ns>:<address>:kv`` holds th
 and ``…:meta`` a small JSON record (the address again, size, CRC-32, scheme, token range,
 position and token ids). Both are written in one MULTI (bytes first, then metadata) and read in
 one MGET; a value whose record is missing or malformed, names another address, or whose bytes
-fail the size or checksum is a miss (counted as ``corrupt``) and is deleted, never served.
+fail the size or checksum is a miss (counted as ``corrupt``) and is deleted, never served (the
+pager rejects the same way a value that passes these but does not decode).
 ``<ns>`` is a digest of the model fingerprint and the KV layout, so other models never meet.
 
 Faults: every call is bounded by the socket timeouts; a connection error or timeout marks the
