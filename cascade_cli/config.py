@@ -123,6 +123,10 @@ class Settings:
     max_queue: int = 16
     max_reply_tokens: int = 4096
     api_cache_budget: int = 2 * 1024**3  # the server's stored conversations (0: no limit)
+    #: redis://[user:password@]host:port/db (rediss:// for TLS): the shared tier below disk
+    #: ("" = none). Never printed as is (store.remote.redact).
+    remote_cache_url: str = dataclasses.field(default="", repr=False)
+    remote_cache_ttl: int = 0  # seconds a published chunk lives in Redis (0 = until evicted)
 
     @property
     def n_threads(self) -> int:
@@ -133,7 +137,7 @@ class Settings:
 _FIELDS = {f.name for f in dataclasses.fields(Settings)}
 
 
-_TEXT = ("model", "disk_cache_path", "compression", "flash_attn")
+_TEXT = ("model", "disk_cache_path", "compression", "flash_attn", "remote_cache_url")
 
 
 #: An allowed origin: scheme://host[:port], `*` standing for any part (`*` alone: any origin).
@@ -202,6 +206,12 @@ def _coerce(key: str, value: Any) -> Any:
         return text
     if key == "disk_cache_path":
         return Path(str(value)).expanduser()
+    if key == "remote_cache_url":
+        from cascade_cli.store.remote import check_url  # (the tier is loaded only when used)
+
+        return check_url(str(value)) if str(value).strip() else ""
+    if key == "remote_cache_ttl":
+        return parse_int(value, key, 0)
     if key == "model":
         text = str(value).strip()
         if not text:

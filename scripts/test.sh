@@ -4,13 +4,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Portable CPU build of llama.cpp (the native build crashes in ggml's AMX kernels on some Xeons).
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF}"
-# Headless Chromium for the browser test (tests/server/test_browser.py), where missing.
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"
-  else SUDO="none"; fi
-  if [ "$SUDO" = none ] || ! $SUDO apt-get install -y -q chromium >/dev/null; then
-    echo "chromium not installed: the browser test will be skipped" >&2
-  fi
+# System packages the tests drive for real, installed where missing (Debian's packages):
+# headless Chromium (tests/server/test_browser.py) and redis-server (tests/remote: each test
+# starts its own on a free loopback port).
+need=""
+command -v chromium >/dev/null 2>&1 || need="$need chromium"
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+if [ -n "$need" ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q $need >/dev/null \
+    || echo "could not install$need: the tests that need it are skipped" >&2
 fi
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cascade_cli import __version__
-from cascade_cli.cli import ask, chat, docs, ingest, models, serve, stats, verify
+from cascade_cli.cli import ask, chat, docs, ingest, models, pull, serve, stats, verify
 from cascade_cli.cli.state import STATE, err, shown
 from cascade_cli.errors import CascadeError
 
@@ -31,6 +31,7 @@ app.command("rm")(docs.rm)
 app.add_typer(models.app, name="models")
 app.command("stats")(stats.stats)
 app.command("verify")(verify.verify)
+app.command("pull")(pull.pull)
 
 
 def _version(value: bool) -> None:

@@ -14,10 +14,12 @@ from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.engine import SamplerSettings
-from cascade_cli.errors import InputError
+from cascade_cli.errors import InputError, NotFoundError
+from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
 from cascade_cli.paging.library import Library
 from cascade_cli.recall.select import QUOTES
+from cascade_cli.store.index import INDEX
 
 
 def ask_cmd(
@@ -69,8 +71,10 @@ def ask_cmd(
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
     flash_attn: opt.FlashAttn = None,
+    remote: opt.Remote = None,
 ) -> None:
-    """Answer a question about an ingested document."""
+    """Answer a question about an ingested document (with --remote, also one another machine
+    published: its chunks are paged in from Redis, nothing is prefilled)."""
     if not question.strip():
         raise InputError("the question is empty", "Ask something.")
     cfg = settings(
@@ -84,6 +88,7 @@ def ask_cmd(
             flash_attn=flash_attn,
             recall=recall,
             embed_model=embed_model,
+            remote_cache_url=remote,
         )
     )
     sampling = SamplerSettings(
@@ -93,16 +98,24 @@ def ask_cmd(
     )
     if quote not in QUOTES:
         raise InputError(f"unknown --quote '{quote}'", f"Use one of: {', '.join(QUOTES)}.")
-    require_document(cfg, doc)  # before the model loads
+    if not cfg.remote_cache_url:
+        require_document(cfg, doc)  # before the model loads
+    # a reader beside a writer; a new home asking a published document creates its store
+    fresh = cfg.remote_cache_url and not (cfg.disk_cache_path / INDEX).exists()
     with (
         open_model(cfg) as m,
         # laid out once in position order, never slid: sliding-window layers need only the
         # cells a decode still sees (swa_full off: 3.4x less KV memory at 16k on Gemma 3)
         open_context(cfg, m, extra_tokens=cfg.block_size + 256, swa_full=False) as ctx,
-        Library(cfg, ctx, mode="shared", embed_path=embed_path(cfg)) as lib,
+        Library(cfg, ctx, mode="write" if fresh else "shared", embed_path=embed_path(cfg)) as lib,
     ):
         lib.recall.preload()
-        document = lib.find(doc)
+        try:
+            document = lib.find(doc)
+        except NotFoundError:
+            if lib.remote is None:
+                raise
+            document = shared.pull(lib, doc)  # published by another machine
         result = AskResult(doc=document.name)
         stream = ask(
             ctx,

@@ -18,7 +18,8 @@ from rich.progress import (
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
-from cascade_cli.errors import InputError, check_name
+from cascade_cli.errors import InputError, StoreError, check_name
+from cascade_cli.paging import shared
 from cascade_cli.paging.ingest import IngestStatus, ingest
 from cascade_cli.paging.library import Library
 
@@ -79,6 +80,7 @@ def ingest_cmd(
     threads: opt.Threads = None,
     flash_attn: opt.FlashAttn = None,
     embed_model: opt.EmbedModel = None,
+    remote: opt.Remote = None,
 ) -> None:
     """Ingest files into the store (KV chunks, and passages indexed and embedded for recall);
     an interrupted ingest resumes when run again."""
@@ -105,6 +107,7 @@ def ingest_cmd(
             threads=threads,
             flash_attn=flash_attn,
             embed_model=embed_model,
+            remote_cache_url=remote,
         )
     )
     with (
@@ -132,3 +135,14 @@ def ingest_cmd(
                 f"ingested [bold]{shown(doc.name)}[/bold] v{doc.version}: {doc.tokens} tokens, "
                 f"{doc.chunks} chunks, {doc.scheme}"
             )
+            if lib.remote is not None:
+                lib.pager.flush()  # chunks first (published by write-back), then the manifest
+                try:
+                    done = shared.publish(lib, doc)
+                except StoreError as exc:  # the local ingest stands
+                    err.print(f"[yellow]warning:[/yellow] {exc.one_line()}", soft_wrap=True)
+                    continue
+                out.print(
+                    f"published [bold]{doc.name}[/bold] to {lib.remote.tier.url}: "
+                    f"{done.chunks} chunks ({done.uploaded} uploaded now)"
+                )

@@ -61,3 +61,13 @@ EmbedModel = Annotated[
         "--embed-model", help="Sentence-embedding model for recall (registry name, .gguf, none)."
     ),
 ]
+
+
+Remote = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        help="Shared remote tier below disk: redis://host:port/db, or "
+        "redis://user:password@host:port/db, or rediss://… for TLS.",
+    ),
+]

@@ -171,6 +171,7 @@ def serve(
     flash_attn: opt.FlashAttn = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
+    remote: opt.Remote = None,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API whose prompt cache lives in the store.
 
@@ -197,6 +198,7 @@ def serve(
             max_queue=max_queue,
             max_reply_tokens=max_reply_tokens,
             api_cache_budget=api_cache_budget,
+            remote_cache_url=remote,
         )
     )
     if api_key is not None:

@@ -15,7 +15,7 @@ from cascade_cli.paging import catalog
 from cascade_cli.server import stats as server_stats
 from cascade_cli.session import manage
 from cascade_cli.store import DiskStore, snapshot
-from cascade_cli.store.stats import LATENCY_OPS, TIERS, empty_histogram
+from cascade_cli.store.stats import LATENCY_OPS, REMOTE_COUNTERS, TIERS, empty_histogram
 
 
 def collect(path_flag: Any = None) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
         empty = {n: 0 for n in ("hits", "misses", "bytes_read", "bytes_written", "evictions")}
         return {
             "store": str(cfg.disk_cache_path),
-            "tiers": {t: dict(empty) for t in TIERS},
+            "tiers": _remote({t: dict(empty) for t in TIERS}),
             "latency": {op: empty_histogram() for op in LATENCY_OPS},
             "disk": {"chunks": 0, "bytes": 0, "pinned_bytes": 0, "by_kind": by_kind({})},
             "documents": [],
@@ -55,6 +55,7 @@ def collect(path_flag: Any = None) -> dict[str, Any]:
             {k: r[k] for k in ("name", "turns", "tokens", "chunks", "bytes", "compression")}
             for r in manage.rows(store)
         ]
+    _remote(snap["tiers"])
     snap["server"] = {**server_stats.section(snap["tiers"]), **server_stats.stored(by_owner)}
     snap["disk"]["by_kind"] = by_kind(by_owner)
     snap["store"] = str(cfg.disk_cache_path)
@@ -74,6 +75,13 @@ def by_kind(by_owner: dict[str, dict[str, Any]]) -> dict[str, int]:
         kind = next((k for p, k in KINDS.items() if name.startswith(p)), "other")
         sizes[kind] += int(o.get("bytes", 0))
     return sizes
+
+
+def _remote(tiers: dict[str, Any]) -> dict[str, Any]:
+    """The remote tier's own counters, present (0) even before it was ever used."""
+    for name in REMOTE_COUNTERS:
+        tiers["remote"].setdefault(name, 0)
+    return tiers
 
 
 def _size(n: float) -> str:
@@ -111,6 +119,12 @@ def stats(
     out.print(tiers)
     kinds = " · ".join(f"{k} {_size(n)}" for k, n in data["disk"]["by_kind"].items())
     out.print(f"disk by owner: {kinds}")
+    r = data["tiers"]["remote"]
+    if any(r.values()):
+        out.print(
+            f"remote tier: {r['published']} chunks published, {r['corrupt']} failed "
+            f"verification (not served), {r['errors']} calls failed or skipped while unreachable"
+        )
     lat = Table(title="latency")
     for col in ("operation", "count", "mean"):
         lat.add_column(col)

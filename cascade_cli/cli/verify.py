@@ -13,8 +13,8 @@ from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import open_context, open_model
 from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.config import Settings
-from cascade_cli.errors import NotFoundError, StoreLockedError
-from cascade_cli.paging import catalog
+from cascade_cli.errors import NotFoundError, StoreError, StoreLockedError
+from cascade_cli.paging import catalog, shared
 from cascade_cli.paging import verify as fsck
 from cascade_cli.paging.library import Library
 from cascade_cli.store import DiskStore
@@ -72,6 +72,37 @@ def _repair(cfg: Settings, doc: str | None, report: fsck.Report) -> None:
         fsck.repair(ctx, lib, report)
 
 
+def _remote(cfg: Settings, doc: str | None, report: fsck.Report, repair: bool) -> None:
+    """Fetch every chunk of the documents (or ``doc``) from the remote tier and decode its
+    header; with ``repair``, publish again what Redis lacks (from the disk, where held)."""
+    with (
+        open_model(cfg) as m,
+        open_context(cfg, m) as ctx,
+        Library(cfg, ctx, mode="shared") as lib,
+    ):
+        docs = [lib.find(doc)] if doc is not None else catalog.documents(lib.conn)
+        for d in docs:
+            found = shared.check(lib, d)
+            report.notes.append(
+                f"remote '{d.name}': {found.chunks - len(found.missing) - len(found.damaged)}"
+                f" of {found.chunks} chunks held and readable"
+            )
+            gone = [*found.missing, *(i for i, _ in found.damaged)]
+            for i, why in found.damaged:
+                report.damaged.append(fsck.Finding("remote_payload", why, doc=d.name, key=d.chunk_key(i)))  # fmt: skip
+            if found.missing:
+                report.damaged.append(fsck.Finding("remote_missing", f"chunk(s) {fsck._span(found.missing)} not held by the remote tier", doc=d.name))  # fmt: skip
+            if repair and gone:
+                try:
+                    done = shared.publish(lib, d)
+                    action = f"published again ({done.uploaded} uploaded)"
+                except StoreError as exc:
+                    action = f"not published ({exc.message})"
+                for f in report.damaged:
+                    if f.kind.startswith("remote_") and f.doc == d.name:
+                        f.action = action
+
+
 def verify(
     doc: Annotated[
         str | None, typer.Argument(help="Check only this document (name or path).")
@@ -86,6 +117,7 @@ def verify(
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
     flash_attn: opt.FlashAttn = None,
+    remote: opt.Remote = None,
 ) -> None:
     """Check every chunk's checksum and header, the index against the data files, and each
     document against its chunks. Exits 1 if anything is damaged (also when --repair fixed it;
@@ -97,11 +129,14 @@ def verify(
             gpu_layers=gpu_layers,
             threads=threads,
             flash_attn=flash_attn,
+            remote_cache_url=remote,
         )
     )
     report = _check(cfg, doc)
     if repair and report.damaged:
         _repair(cfg, doc, report)
+    if remote is not None and cfg.remote_cache_url:  # asked for: the remote copies too
+        _remote(cfg, doc, report, repair)
     if as_json:
         out.print_json(json.dumps(report.as_dict()))
     else:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ContextFullError, CorruptChunkError, NotFoundError
+from cascade_cli.errors import ContextFullError, NotFoundError, StoreError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
@@ -146,9 +146,11 @@ def _place(
     warm: set[str],
     fresh: dict[str, Any],
     result: AskResult,
+    seen: dict[str, str],
     slim: set[str],
 ) -> tuple[int, ChunkMeta | None]:
-    """Place the chunks after the sink; (tokens restored, the first damaged chunk or None)."""
+    """Place the chunks after the sink; (tokens restored, the first damaged chunk or None).
+    ``seen``: the tier each chunk first came from (a pass after a recompute finds it in RAM)."""
     result.chunks = []
     restored = 0
     for idx, meta in zip(chosen, metas, strict=True):
@@ -159,9 +161,10 @@ def _place(
             try:
                 state = lib.pager.get(meta.key, at=win.end, slim=meta.key in slim)
                 restored += win.place(state)
-            except CorruptChunkError:
+            except StoreError:  # damaged, or gone from the remote tier as well
                 return restored, meta
-            tier = "ram" if meta.key in warm else "disk"
+            tier = lib.pager.origin(meta.key) or ("ram" if meta.key in warm else "disk")
+        tier = seen.setdefault(meta.key, tier)
         result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
     return restored, None
 
@@ -212,7 +215,7 @@ def ask(
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
     try:
-        metas = [lib.disk.meta(k) for k in keys]
+        metas = [lib.chunk_meta(doc, i) for i in chosen]
     except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
         gone = set(keys) & lib.disk.evicted(doc.owner)
         why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
@@ -232,10 +235,11 @@ def ask(
     t_plan = time.perf_counter()
     fresh: dict[str, Any] = {}  # damaged chunks recomputed in their own context
     sink_tier = ""
+    seen: dict[str, str] = {}
     while True:
         tier = place_sink(lib, win, prefix, doc.scheme)
         sink_tier = sink_tier or tier  # the first pass's: later ones find it in RAM
-        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result, slim)
+        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result, seen, slim)
         if damaged is None:
             break
         # never serve bad bytes: recompute the chunk where ingest made it, then start over

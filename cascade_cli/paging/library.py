@@ -13,15 +13,22 @@ from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, library_dir, llama_version
 from cascade_cli.engine.embed import Embedder
-from cascade_cli.errors import CodecError, FingerprintMismatchError, ModelError
+from cascade_cli.errors import (
+    CodecError,
+    CorruptChunkError,
+    FingerprintMismatchError,
+    ModelError,
+    NotFoundError,
+)
 from cascade_cli.kv.codec import VERSION, VERSIONS
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
+from cascade_cli.paging.remote import RemoteLink, link_for
 from cascade_cli.paging.window import SCRATCH_SEQ
 from cascade_cli.recall import Recall
 from cascade_cli.registry import resolve_model
-from cascade_cli.store import DiskStore, Pager, RamCache
+from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache
 from cascade_cli.store.index import Layout
 
 
@@ -146,8 +153,20 @@ class Library:
         self.ram = RamCache(settings.memory_cache_size, stats=self.disk.stats)
         rope = ctx.model.rope() if ctx.model.rope_exact else None
         decode = _Decode(rope, v_trans=not ctx.flash_attn)
+        self.remote: RemoteLink | None = None
+        try:
+            self.remote = link_for(self, layout())  # the shared tier below disk, if set
+        except BaseException:
+            self.disk.close()
+            raise
         self.pager = Pager(
-            self.disk, self.ram, _Encode(ctx.layout), decode, writers=1, writer_nice=10
+            self.disk,
+            self.ram,
+            _Encode(ctx.layout),
+            decode,
+            writers=1,
+            writer_nice=10,
+            remote=self.remote,
         )
         self.embedder_factory: Callable[[], Embedder] | None = None
         wanted = settings.embed_model.lower() != "none" and settings.recall != "bm25"
@@ -165,11 +184,24 @@ class Library:
     def find(self, ref: str) -> catalog.Document:
         return catalog.find(self.disk.conn, ref)
 
+    def chunk_meta(self, doc: catalog.Document, idx: int) -> ChunkMeta:
+        """Chunk ``idx`` of ``doc``: its disk record, else (with a remote tier) the record of a
+        chunk held remotely; NotFoundError if neither."""
+        try:
+            return self.disk.meta(doc.chunk_key(idx))
+        except (NotFoundError, CorruptChunkError):
+            meta = self.remote.record(doc, idx) if self.remote is not None else None
+            if meta is None:
+                raise
+            return meta
+
     def remove(self, doc: catalog.Document) -> int:
         """Delete a document version (catalog and recall rows, then chunks) and its RAM-tier
         states."""
         self.ram.discard_prefix(doc.owner + ":")
         self.recall.flush()
+        if self.remote is not None:
+            self.remote.forget(doc.owner)
         return catalog.remove(self.disk, doc)
 
     def close(self) -> None:
@@ -178,6 +210,8 @@ class Library:
                 self.recall.close()
             finally:
                 self.pager.close()
+                if self.remote is not None:
+                    self.remote.close()
         finally:
             self.disk.close()
 

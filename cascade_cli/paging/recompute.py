@@ -51,7 +51,7 @@ def recompute(
             try:
                 win.place(lib.pager.get(doc.chunk_key(j), at=win.end))
             except StoreError:  # damaged or gone as well: decode it from its token ids
-                win.append(lib.disk.meta(doc.chunk_key(j)).tokens.tolist())
+                win.append(lib.chunk_meta(doc, j).tokens.tolist())
         pos = win.end
         win.append(meta.tokens.tolist())
         state = win.save(pos, pos + meta.n_tokens).copy()

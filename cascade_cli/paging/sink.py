@@ -45,11 +45,11 @@ def save_sink(
 def place_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) -> str:
     """Put the prefix at the window's start: restored if stored, else decoded (and saved)."""
     key = sink_key(prefix)
-    if lib.disk.exists(key):
+    if lib.disk.exists(key) or lib.remote is not None:  # (the remote tier may hold it)
         warm = key in lib.ram
         try:
             win.place(lib.pager.get(key))
-            return "ram" if warm else "disk"
+            return lib.pager.origin(key) or ("ram" if warm else "disk")
         except StoreError:  # corrupt or unreadable: recompute instead of serving it
             win.reset()
     win.append(prefix)

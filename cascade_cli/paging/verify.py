@@ -27,6 +27,7 @@ from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.recompute import recompute
+from cascade_cli.paging.remote import held_remotely
 from cascade_cli.paging.sink import OWNER as SINK
 from cascade_cli.paging.sink import save_sink, sink_key
 from cascade_cli.paging.window import Window
@@ -107,6 +108,13 @@ def _doc_findings(store: DiskStore, doc: catalog.Document, notes: list[str]) -> 
             f"'{doc.name}': {len(evicted)} chunk(s) evicted by the disk budget "
             f"(`cascade ingest {doc.path}` recomputes them)"
         )
+    remote = held_remotely(store.conn, doc) - have - evicted
+    if remote:
+        notes.append(
+            f"'{doc.name}': {len(remote)} chunk(s) held by the remote tier only (paged in "
+            "with --remote; `cascade verify --remote` checks them)"
+        )
+    evicted |= remote
     have |= evicted
     missing = sorted(set(range(doc.chunks)) - have)
     if missing:

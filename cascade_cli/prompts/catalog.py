@@ -75,6 +75,16 @@ def lookup(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Row]:
     return found
 
 
+def hash_of(conn: sqlite3.Connection, owner: str, idx: int) -> str | None:
+    """The content address of the block stored as chunk ``owner:idx``, or None."""
+    if not has_table(conn):
+        return None
+    row = conn.execute(
+        "SELECT hash FROM api_blocks WHERE owner = ? AND idx = ?", (owner, idx)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def add(conn: sqlite3.Connection, items: list[tuple[str, str]]) -> dict[str, Row]:
     """Insert rows for new blocks [(hash, owner)], numbered from the store-wide sequence."""
     made: dict[str, Row] = {}

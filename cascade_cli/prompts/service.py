@@ -23,6 +23,7 @@ import numpy as np
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.remote import digest
 from cascade_cli.prompts import cache, catalog
 from cascade_cli.prompts.render import (
     Block,
@@ -70,6 +71,8 @@ class PromptService(Replier):
         self.block = planning.block_for(lib.settings.block_size, self.window)
         self.cache_budget = lib.settings.api_cache_budget
         self._since_trim = 0
+        if lib.remote is not None:  # prompt blocks are shared through the remote tier
+            lib.remote.register(catalog.PREFIX, self._address)
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -133,6 +136,14 @@ class PromptService(Replier):
         except BaseException:
             self.pages.reset()
             raise
+
+    def _address(self, key: str, meta: ChunkMeta | None) -> str | None:
+        """A stored block's remote address: its chain hash and the compression it is kept in."""
+        owner, _, idx = key.rpartition(":")
+        with self.lib.disk.lock:
+            block = catalog.hash_of(self.lib.disk.conn, owner, int(idx)) if idx.isdigit() else None
+        scheme = meta.scheme if meta is not None else self.lib.settings.compression
+        return None if block is None else digest("api", scheme, block)
 
     # ---- layout ----------------------------------------------------------------------------
 

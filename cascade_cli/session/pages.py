@@ -261,9 +261,17 @@ class Pages:
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
                 self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed
-                return tier
+                return self.lib.pager.origin(p.key) or tier
             except (NotFoundError, CorruptChunkError):
                 pass  # recompute below: never serve bad bytes
+        elif self.lib.remote is not None:  # another machine may have stored it
+            try:
+                self.win.place(self.lib.pager.get_remote(p.key, at=at), at=at, shift=False)
+                self.lib.ram.pop(p.key)
+                self.lib.pager.origin(p.key)
+                return "remote"
+            except (NotFoundError, CorruptChunkError):
+                pass
         end = self.win.end
         self.win.append(p.tokens)
         blob = self.win.save(end, end + p.n)

@@ -3,6 +3,10 @@
 The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the codec's own
 ``encode``) and ``decode(payload[, at]) -> state`` (e.g. ``codec.decode`` with the model's RoPE;
 ``at`` asks for the state moved so that its chunk starts at that position).
+
+A ``remote`` source (paging.remote) adds the tier below disk: a chunk the disk lacks (or holds
+damaged) is fetched from it on the reader threads, decoded, and saved to disk on the write-back
+threads; a chunk saved to disk is published to it from the write-back thread, after its commit.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
-from cascade_cli.errors import StoreLockedError
+from cascade_cli.errors import CodecError, CorruptChunkError, NotFoundError, StoreLockedError
 from cascade_cli.store.disk import DiskStore
 from cascade_cli.store.lru import RamCache
 from cascade_cli.store.records import ChunkMeta
@@ -26,6 +30,18 @@ Encode = Callable[[Any, str], bytes]
 #: decode(payload, at=at, slim=True) -> without the sections a far-from-the-end chunk does not
 #: need (a sliding-window model's SWA cache; see kv.payload.decode)
 Decode = Callable[..., Any]
+
+
+class RemoteSource(Protocol):
+    """The tier below disk, as the pager sees it: fetch by store key, publish after a commit,
+    reject a fetched value that does not decode. None raises: an unavailable remote is a miss,
+    a failed publish is counted."""
+
+    def fetch(self, key: str) -> tuple[ChunkMeta, bytes] | None: ...
+
+    def publish(self, meta: ChunkMeta, payload: bytes) -> None: ...
+
+    def reject(self, key: str) -> None: ...
 
 
 def lower_priority(increment: int) -> None:
@@ -61,8 +77,10 @@ class Pager:
         max_pending: int = 4,
         max_prefetch: int = 16,
         writer_nice: int = 0,
+        remote: RemoteSource | None = None,
     ) -> None:
         self.disk = disk
+        self.remote = remote
         self.ram = ram
         self._encode = encode
         self._decode = decode
@@ -82,6 +100,7 @@ class Pager:
         self._backlog: list[tuple[str, int | None]] = []
         self._slim: set[str] = set()  # keys the last prefetch wants decoded slim
         self._gen: dict[str, int] = {}  # bumped by save(): loads begun earlier are stale
+        self._origin: dict[str, str] = {}  # keys whose last load came from the remote tier
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -140,22 +159,105 @@ class Pager:
             return fut.result()[0]
         state = self.ram.get(key)
         if state is not None:
+            with self._lock:
+                self._origin.pop(key, None)
             return state
         return self._load(key, at, slim)[0]
 
-    def _load(self, key: str, at: int | None = None, slim: bool = False) -> tuple[Any, bool]:
+    def get_remote(self, key: str, at: int | None = None) -> Any:
+        """The state of ``key`` from the remote tier only (the disk's copy, if any, is not the
+        one wanted): a read-ahead that fetched it from there, else a fetch now; NotFoundError
+        when there is none (or no remote tier)."""
+        with self._lock:
+            fut = self._reading.pop(key, None)
+        if fut is not None:
+            try:
+                state = fut.result()[0]
+            except Exception:  # (a miss: fetched again below, where it can say so)
+                state = None
+            with self._lock:
+                fetched = self._origin.get(key) == "remote"
+            if state is not None and fetched:
+                return state
+        return self._load(key, at, local=False)[0]
+
+    def origin(self, key: str) -> str | None:
+        """``remote`` if the state last handed out for ``key`` came from the remote tier (asked
+        once per load: the answer is forgotten)."""
+        with self._lock:
+            return self._origin.pop(key, None)
+
+    def _load(
+        self, key: str, at: int | None = None, slim: bool = False, local: bool = True
+    ) -> tuple[Any, bool]:
         with self._lock:
             pending = self._saving.get(key)
             gen = self._gen.get(key, 0)
+            self._origin.pop(key, None)  # set again below if this load is the remote tier's
         if pending is not None:
             wait([pending])
-        payload = self.disk.get(key)
+        got: tuple[ChunkMeta, bytes] | None = None
+        if local:
+            try:
+                payload = self.disk.get(key)
+            except (NotFoundError, CorruptChunkError):
+                got = self.remote.fetch(key) if self.remote is not None else None
+                if got is None:
+                    raise
+                payload = got[1]
+        else:
+            got = self.remote.fetch(key) if self.remote is not None else None
+            if got is None:
+                raise NotFoundError(f"no chunk {key!r} in the remote tier")
+            payload = got[1]
+        try:
+            if slim:  # never cached: the RAM tier holds whole states
+                state = self._decode(payload, at=at, slim=True)
+            else:
+                state = self._decode(payload) if at is None else self._decode(payload, at)
+        except CodecError as exc:
+            if got is None:
+                raise
+            assert self.remote is not None
+            self.remote.reject(key)
+            raise CorruptChunkError(  # checked bytes that are no KV state here: never used
+                f"chunk {key!r} from the remote tier does not decode ({exc.message})",
+                "It will be recomputed from its tokens.",
+            ) from None
+        if got is not None:
+            self._filled(got)
         if slim:
-            return self._decode(payload, at=at, slim=True), False
-        state = self._decode(payload) if at is None else self._decode(payload, at)
+            return state, False
         with self._lock:  # a save() since this load began makes its state stale: not cached
             cached = self._gen.get(key, 0) == gen and self.ram.put(key, state)
         return state, cached
+
+    def _filled(self, got: tuple[ChunkMeta, bytes]) -> None:
+        """A chunk fetched from the remote tier (and decoded): saved to disk on a write-back
+        thread when a slot is free at once (never waited for: the disk copy only saves the next
+        fetch)."""
+        meta, payload = got
+        with self._lock:
+            self._origin[meta.key] = "remote"
+        if self.disk.readonly or not self._slots.acquire(blocking=False):
+            return
+        try:
+            with self._lock:
+                prev = self._saving.get(meta.key)
+                fut = self._writers.submit(self._fill, meta, payload, prev)
+                self._saving[meta.key] = fut
+        except BaseException:
+            self._slots.release()
+            raise
+        fut.add_done_callback(partial(self._saved, meta.key))
+
+    def _fill(self, meta: ChunkMeta, payload: bytes, prev: Future[ChunkMeta] | None) -> ChunkMeta:
+        if prev is not None:
+            wait([prev])
+        try:
+            return self.disk.put(meta, payload)
+        except Exception:  # locked by a writer, disk full…: the remote copy still serves it
+            return meta
 
     def cancel(self) -> None:
         """Forget every prefetch not yet consumed (running ones finish and fill RAM)."""
@@ -203,7 +305,11 @@ class Pager:
         try:
             if prev is not None:
                 wait([prev])  # same key: keep saves in order (its error is reported on its own)
-            return self.disk.put(meta, self._encode(blob, meta.scheme))
+            payload = self._encode(blob, meta.scheme)
+            rec = self.disk.put(meta, payload)
+            if self.remote is not None:
+                self.remote.publish(rec, payload)  # after the commit, off the decode path
+            return rec
         except StoreLockedError as exc:
             if self.disk.mode == "shared":
                 return meta  # a reader beside a writer: not saved this time

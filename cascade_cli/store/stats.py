@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-TIERS = ("window", "ram", "disk")
+TIERS = ("window", "ram", "disk", "remote")
+#: Counters of the remote tier besides COUNTERS (store/remote.py).
+REMOTE_COUNTERS = ("errors", "corrupt", "published")
 COUNTERS = ("hits", "misses", "bytes_read", "bytes_written", "evictions")
 #: Upper bounds (seconds) of the latency buckets: 10 µs · 2^i, i = 0..20 (10 µs … ~10.5 s).
 #: A final overflow bucket counts everything slower.

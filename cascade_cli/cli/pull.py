@@ -1,0 +1,52 @@
+"""`cascade pull NAME --remote URL`: a document another machine published, ready to ask."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cascade_cli.cli import options as opt
+from cascade_cli.cli.runtime import embed_path, open_context, open_model
+from cascade_cli.cli.state import out, settings
+from cascade_cli.errors import ConfigError
+from cascade_cli.paging import shared
+from cascade_cli.paging.library import Library
+
+
+def pull(
+    name: Annotated[str, typer.Argument(help="Name the document was published under.")],
+    remote: opt.Remote = None,
+    disk_cache_path: opt.DiskCachePath = None,
+    model: opt.Model = None,
+    gpu_layers: opt.GpuLayers = None,
+    threads: opt.Threads = None,
+    embed_model: opt.EmbedModel = None,
+) -> None:
+    """Fetch a published document's manifest: its catalog entry and recall index are built
+    here; its KV chunks stay in the remote tier and are paged in by `ask` (no prefill)."""
+    cfg = settings(
+        opt.flags(
+            remote_cache_url=remote,
+            disk_cache_path=disk_cache_path,
+            model=model,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            embed_model=embed_model,
+        )
+    )
+    if not cfg.remote_cache_url:
+        raise ConfigError(
+            "no remote tier to pull from",
+            "Pass --remote redis://host:port/0 (or set CASCADE_REMOTE_CACHE_URL).",
+        )
+    with (
+        open_model(cfg) as m,
+        open_context(cfg, m) as ctx,
+        Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
+    ):
+        doc = shared.pull(lib, name)
+        out.print(
+            f"pulled [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "
+            f"{doc.chunks} chunks, {doc.scheme} (chunks stay remote until asked)"
+        )
