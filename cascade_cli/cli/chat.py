@@ -101,7 +101,9 @@ def _fresh_name(lib: Library) -> str:
 
 
 def _loop(session: ChatSession, interactive: bool) -> None:
+    wrote = True
     while True:
+        session.idle()  # a server (or an ingest) beside this chat writes while the user types
         try:
             line = input("> ") if interactive else sys.stdin.readline()
         except EOFError:
@@ -118,6 +120,11 @@ def _loop(session: ChatSession, interactive: bool) -> None:
             continue
         if command in ("/exit", "/quit"):
             break
+        if not session.resume() and wrote:
+            err.print(
+                "[dim](another process is writing the store: this turn's KV is not saved)[/dim]"
+            )
+        wrote = session.lib.disk.mode == "write"
         if command == "/reset":
             n = session.reset()
             err.print(f"[dim](conversation reset: {n} turn(s) erased)[/dim]")

@@ -305,6 +305,19 @@ class ChatSession:
         open_window(self, self.pages.fingerprint)
         return erased
 
+    def idle(self) -> None:
+        """While the user types: finish saving, then let other processes (a `cascade serve`,
+        an ingest) write the store until `resume` takes the writer lock back."""
+        self.lib.pager.flush()
+        self.lib.recall.flush()
+        self.lib.disk.yield_lock()
+
+    def resume(self, timeout: float = 60.0) -> bool:
+        """Take the writer lock back for the next turn, waiting up to `timeout` seconds for
+        another writer's request to finish; False: this turn's chunks are not saved (another
+        process writes), its messages are."""
+        return self.lib.disk.take_lock(timeout)
+
     def close(self) -> None:
         self.sampler.close()
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.paging.helpers import env_for
+from tests.paging.helpers import env_for, query
 from tests.server.helpers import KEY, MODEL, Server, assert_error, make_home
 from tests.server.test_lifecycle import HISTORY
 
@@ -158,6 +158,12 @@ def test_cache_salt_keeps_clients_apart(server: Server) -> None:
     assert other["prompt_n"] == other["prompt_tokens"]
 
 
+def _api_chunks(home: Path) -> int:
+    """The server's stored blocks (chunk rows of api: owners), read beside the writers."""
+    rows = query(home, "SELECT COUNT(*) FROM chunks WHERE owner LIKE 'api:%'")
+    return int(rows[0][0])
+
+
 def _long_history(turns: int = 36) -> list[dict[str, str]]:
     """A conversation longer than the server's 1024-token window (2 * turns + 2 messages)."""
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
@@ -196,13 +202,19 @@ def test_beside_a_chat_writer_usage_stays_honest_and_a_session_opens_once(
         lines = [line for line in second.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "session 'desk'" in lines[0], second.stderr
         body = {"model": MODEL, "messages": _long_history(), "max_tokens": 2}
-        # paged through, nothing saved beside the writer, the recalled turn decoded twice: the
-        # old count went negative (-187 of 3816 prompt tokens)
+        # a conversation longer than the window, paged through: with nothing saved beside the
+        # writer the old count went negative (-187 of 3816 prompt tokens). The chat lets the
+        # store go while its user types, so the server saves its blocks beside it.
+        before = _api_chunks(server.home)
         for _ in range(2):
             usage = _chat_usage(server, body)
             cached = usage["prompt_tokens_details"]["cached_tokens"]
             assert usage["prompt_tokens"] > 1024 and 0 <= cached <= usage["prompt_tokens"]
             assert cached == max(0, usage["prompt_tokens"] - usage["prompt_n"]), usage
+        assert _api_chunks(server.home) > before  # saved beside the open chat
+        chat.stdin.write("And again\n")  # the chat takes the store back for its turn
+        chat.stdin.flush()
+        assert chat.stdout.readline(), "the chat did not answer its second message"
     finally:
         chat.stdin.close()
         assert chat.wait(120) == 0, chat.stderr.read() if chat.stderr else ""
