@@ -47,9 +47,15 @@ def _split(key: str) -> tuple[str, int]:
     return owner, int(idx)
 
 
+#: Once over budget, blocks are removed down to this share of it: the blocks saved before the
+#: next check (the server trims every few requests and when idle) then fit under the budget.
+LOW_WATER = 0.75
+
+
 def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
-    """Remove least recently used blocks (never a key in `keep`) until the ``api:`` chunks take
-    at most `budget` bytes, and rows whose chunk is gone; (keys removed, bytes freed)."""
+    """Remove least recently used blocks (never a key in `keep`) when the ``api:`` chunks take
+    more than `budget` bytes, down to LOW_WATER of it, and rows whose chunk is gone; (keys
+    removed, bytes freed)."""
     with disk.lock:
         conn = disk.conn
         chunks = conn.execute(
@@ -63,9 +69,10 @@ def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
                 "WHERE c.key = b.owner || ':' || b.idx)"
             ).fetchall()
     total = sum(int(n) for _, n in chunks)
+    target = budget if total <= budget else int(budget * LOW_WATER)
     victims: list[str] = []
     for key, n in chunks:
-        if total <= budget:
+        if total <= target:
             break
         if key not in keep:
             victims.append(key)
