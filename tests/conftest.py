@@ -13,53 +13,41 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL_HOME = Path(os.environ.get("CASCADE_TEST_HOME", ROOT / ".cascade-test"))
 
 
-@pytest.fixture(scope="session")
-def model_path() -> Path:
-    """The default model file, pulled into MODEL_HOME on first use."""
-    from cascade_cli.registry import registry, resolve_model
-
-    old = os.environ.get("CASCADE_HOME")
-    os.environ["CASCADE_HOME"] = str(MODEL_HOME)
-    try:
-        default, _ = registry()
-        return resolve_model(default)
-    finally:
-        if old is None:
-            os.environ.pop("CASCADE_HOME", None)
-        else:
-            os.environ["CASCADE_HOME"] = old
-
-
-@pytest.fixture(scope="session")
-def embed_model_path() -> Path:
-    """The default sentence-embedding model (recall), pulled into MODEL_HOME on first use."""
-    from cascade_cli.registry import DEFAULT_EMBED, resolve_model
-
-    old = os.environ.get("CASCADE_HOME")
-    os.environ["CASCADE_HOME"] = str(MODEL_HOME)
-    try:
-        return resolve_model(DEFAULT_EMBED)
-    finally:
-        if old is None:
-            os.environ.pop("CASCADE_HOME", None)
-        else:
-            os.environ["CASCADE_HOME"] = old
-
-
-@pytest.fixture(scope="session")
-def gemma_path() -> Path:
-    """Gemma 3 270M (sliding-window attention, iSWA cache): the second architecture."""
+def _pulled(name: str) -> Path:
+    """A registry model's file, pulled into MODEL_HOME on first use."""
     from cascade_cli.registry import resolve_model
 
     old = os.environ.get("CASCADE_HOME")
     os.environ["CASCADE_HOME"] = str(MODEL_HOME)
     try:
-        return resolve_model("gemma3-270m")
+        return resolve_model(name)
     finally:
         if old is None:
             os.environ.pop("CASCADE_HOME", None)
         else:
             os.environ["CASCADE_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The default model file, pulled into MODEL_HOME on first use."""
+    from cascade_cli.registry import registry
+
+    return _pulled(registry()[0])
+
+
+@pytest.fixture(scope="session")
+def embed_model_path() -> Path:
+    """The default sentence-embedding model (recall), pulled into MODEL_HOME on first use."""
+    from cascade_cli.registry import DEFAULT_EMBED
+
+    return _pulled(DEFAULT_EMBED)
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma 3 270M (sliding-window attention, iSWA cache): the second architecture."""
+    return _pulled("gemma3-270m")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,24 +14,13 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli
-from tests.paging.helpers import NEEDLE, env_for, write_text
+from tests.cli.test_chat_cli import chat
+from tests.paging.helpers import NEEDLE, write_text
 from tests.server.helpers import Server
+from tests.server.test_lifecycle import HISTORY
 
 GEMMA = ["--model", "gemma3-270m"]
 WINDOW = ["--gpu-cache-size", "512", "--block-size", "128"]
-HISTORY = [
-    {"role": "system", "content": "You are a helpful assistant who answers briefly."},
-    {
-        "role": "user",
-        "content": "Here is a note about my week. On Monday I repaired the garden fence and "
-        "planted tomatoes. On Tuesday I visited my sister in the next town and we walked along "
-        "the river. On Wednesday I read a long novel about a lighthouse keeper. On Thursday I "
-        "baked bread and cleaned the kitchen. On Friday I went to the market for apples and "
-        "pears, and met an old friend from school who now keeps bees.",
-    },
-    {"role": "assistant", "content": "That sounds like a busy and pleasant week."},
-    {"role": "user", "content": "What did I do on Wednesday?"},
-]
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +81,8 @@ def test_the_other_model_is_refused_in_one_line(ingested: Path) -> None:
 
 
 def _chat(home: Path, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cascade_cli", "chat", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env_for(home),
-        check=False,
-    )
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    proc = chat(home, stdin, *args)
+    assert proc.returncode == 0, proc.stderr
     return proc
 
 

@@ -47,24 +47,29 @@ def test_iswa_blob_has_a_base_and_a_swa_section(
     assert np.array_equal(sections.join([base, swa]), blob)
 
 
-def test_iswa_verbatim_round_trip_restores_exact_logits(
-    gemma: object, gemma_tokens: list[int]
-) -> None:
+def _restored(gemma: object, toks: list[int], scheme: str) -> tuple[np.ndarray, ...]:
+    """(state of 300 tokens, its payload, the next 8 tokens' logits, the same logits after the
+    payload was decoded and restored into a cleared context)."""
     from cascade_cli.engine import Context
 
-    toks = gemma_tokens
     with Context(gemma, 1024, n_seq_max=2, flash_attn="off") as ctx:  # type: ignore[arg-type]
         ctx.decode(toks[:300], 0, logits="none")
         blob = ctx.state_get(0).copy()
         ref = ctx.decode(toks[300:308], 300, logits="all")
-        payload = kv.encode(blob, "none", layout="iswa")
-        assert kv.layout_of(payload) == "iswa"
-        back = kv.decode(payload)
-        assert np.array_equal(back, blob)
-        assert kv.decoded_size(payload) == blob.nbytes
+        payload = np.frombuffer(kv.encode(blob, scheme, layout="iswa"), dtype=np.uint8)
         ctx.clear()
-        assert ctx.state_set(1, back) == blob.nbytes
+        assert ctx.state_set(1, kv.decode(payload)) == blob.nbytes
         got = ctx.decode(toks[300:308], 300, seq_id=1, logits="all")
+    return blob, payload, ref, got
+
+
+def test_iswa_verbatim_round_trip_restores_exact_logits(
+    gemma: object, gemma_tokens: list[int]
+) -> None:
+    blob, payload, ref, got = _restored(gemma, gemma_tokens, "none")
+    assert kv.layout_of(payload) == "iswa"
+    assert np.array_equal(kv.decode(payload), blob)
+    assert kv.decoded_size(payload) == blob.nbytes
     assert np.array_equal(ref, got)
 
 
@@ -72,18 +77,8 @@ def test_iswa_verbatim_round_trip_restores_exact_logits(
 def test_iswa_quantized_restore_predicts_like_the_original(
     gemma: object, gemma_tokens: list[int], scheme: str, limit: float, ratio: float
 ) -> None:
-    from cascade_cli.engine import Context
-
-    toks = gemma_tokens
-    with Context(gemma, 1024, n_seq_max=2, flash_attn="off") as ctx:  # type: ignore[arg-type]
-        ctx.decode(toks[:300], 0, logits="none")
-        blob = ctx.state_get(0).copy()
-        ref = ctx.decode(toks[300:308], 300, logits="all")
-        payload = kv.encode(blob, scheme, layout="iswa")
-        assert len(payload) < blob.nbytes * ratio
-        ctx.clear()
-        ctx.state_set(1, kv.decode(payload))
-        got = ctx.decode(toks[300:308], 300, seq_id=1, logits="all")
+    blob, payload, ref, got = _restored(gemma, gemma_tokens, scheme)
+    assert payload.nbytes < blob.nbytes * ratio
     assert float(kl_rows(ref, got).mean()) < limit
     assert (ref.argmax(1) == got.argmax(1)).mean() >= 0.75
 
