@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from bench.chat_common import ROOT as _ROOT  # noqa: E402
 from bench.chat_common import home  # noqa: E402
 from bench.serve import model_name, serving  # noqa: E402
+from cascade_cli.config import parse_size  # noqa: E402
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence. " * 8
 TOPICS = ["rivers", "bread", "chess", "glass", "winter", "trains", "tea", "birds", "salt", "maps"]
@@ -216,7 +217,23 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         "rss_end_mib": round(rss_end, 1),
         "samples": samples,
     }
+    report.update(windows(samples, parse_size(budget, "budget")))
     return report
+
+
+def windows(samples: list[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """RSS over the first and the last 5 minutes, and the samples over the budget."""
+    end = samples[-1]["t"] if samples else 0.0
+    first = [x["rss_mib"] for x in samples if x["t"] <= 300] or [0.0]
+    last = [x["rss_mib"] for x in samples if x["t"] >= end - 300] or [0.0]
+    a, b = statistics.fmean(first), statistics.fmean(last)
+    return {
+        "rss_first_5min_mib": round(a, 1),
+        "rss_last_5min_mib": round(b, 1),
+        "rss_change": round(b / a - 1, 3) if a else 0.0,
+        "api_samples_over_budget": sum(x["api_bytes"] > budget for x in samples),
+        "samples_n": len(samples),
+    }
 
 
 def main() -> None:
@@ -225,7 +242,13 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--api-cache-budget", default="32MiB")
     ap.add_argument("--memory-cache-size", default="64MiB", help="the server's RAM tier")
+    ap.add_argument("--report", type=Path, help="print the summary of a saved results file")
     args = ap.parse_args()
+    if args.report:
+        saved = json.loads(args.report.read_text())
+        saved.update(windows(saved["samples"], parse_size(saved["api_cache_budget"], "budget")))
+        print(json.dumps({k: v for k, v in saved.items() if k != "samples"}, indent=1))
+        return
     report = soak(args)
     out = ROOT / "bench" / "results" / f"soak-{args.minutes:g}min.json"
     out.write_text(json.dumps(report, indent=1))
