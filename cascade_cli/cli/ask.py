@@ -14,7 +14,7 @@ from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.engine import SamplerSettings
-from cascade_cli.errors import InputError, NotFoundError
+from cascade_cli.errors import InputError, NotFoundError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
 from cascade_cli.paging.library import Library
@@ -115,7 +115,8 @@ def ask_cmd(
         except NotFoundError:
             if lib.remote is None:
                 raise
-            document = shared.pull(lib, doc)  # published by another machine
+            # published by another machine: its name becomes a catalog row here
+            document = shared.pull(lib, check_name(doc, "document", "cascade ask manual '…'"))
         result = AskResult(doc=document.name)
         stream = ask(
             ctx,

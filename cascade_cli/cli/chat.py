@@ -100,6 +100,15 @@ def _fresh_name(lib: Library) -> str:
     return name
 
 
+def _resume(session: ChatSession, wrote: bool) -> bool:
+    """Take the store's writer lock back for a turn: wait up to 10 s for a server's request to
+    finish; after a turn another writer (an ingest) kept from saving, do not wait again. Says
+    so once; returns whether this turn writes."""
+    if not session.resume(10.0 if wrote else 0.5) and wrote:
+        err.print("[dim](another process is writing the store: this turn's KV is not saved)[/dim]")
+    return session.lib.disk.mode == "write"
+
+
 def _loop(session: ChatSession, interactive: bool) -> None:
     wrote = True
     while True:
@@ -120,12 +129,8 @@ def _loop(session: ChatSession, interactive: bool) -> None:
             continue
         if command in ("/exit", "/quit"):
             break
-        if not session.resume() and wrote:
-            err.print(
-                "[dim](another process is writing the store: this turn's KV is not saved)[/dim]"
-            )
-        wrote = session.lib.disk.mode == "write"
         if command == "/reset":
+            wrote = _resume(session, wrote)
             n = session.reset()
             err.print(f"[dim](conversation reset: {n} turn(s) erased)[/dim]")
         elif command == "/history":
@@ -137,6 +142,7 @@ def _loop(session: ChatSession, interactive: bool) -> None:
         elif command.startswith("/") and " " not in command:
             err.print(f"[yellow]unknown command {shown(command)}[/yellow] — {shown(HELP)}")
         else:
+            wrote = _resume(session, wrote)
             try:
                 _reply(session, _read_message(line) if interactive else line)
             except CascadeError as exc:

@@ -140,9 +140,9 @@ def ingest_cmd(
                 try:
                     done = shared.publish(lib, doc)
                 except StoreError as exc:  # the local ingest stands
-                    err.print(f"[yellow]warning:[/yellow] {exc.one_line()}", soft_wrap=True)
+                    err.print(f"[yellow]warning:[/yellow] {shown(exc.one_line())}", soft_wrap=True)
                     continue
                 out.print(
-                    f"published [bold]{doc.name}[/bold] to {lib.remote.tier.url}: "
+                    f"published [bold]{shown(doc.name)}[/bold] to {shown(lib.remote.tier.url)}: "
                     f"{done.chunks} chunks ({done.uploaded} uploaded now)"
                 )

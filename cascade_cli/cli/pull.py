@@ -8,8 +8,8 @@ import typer
 
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import out, settings
-from cascade_cli.errors import ConfigError
+from cascade_cli.cli.state import out, settings, shown
+from cascade_cli.errors import ConfigError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.library import Library
 
@@ -35,6 +35,7 @@ def pull(
             embed_model=embed_model,
         )
     )
+    name = check_name(name, "document", "cascade pull manual")
     if not cfg.remote_cache_url:
         raise ConfigError(
             "no remote tier to pull from",
@@ -47,6 +48,6 @@ def pull(
     ):
         doc = shared.pull(lib, name)
         out.print(
-            f"pulled [bold]{doc.name}[/bold] v{doc.version}: {doc.tokens} tokens, "
+            f"pulled [bold]{shown(doc.name)}[/bold] v{doc.version}: {doc.tokens} tokens, "
             f"{doc.chunks} chunks, {doc.scheme} (chunks stay remote until asked)"
         )

@@ -42,7 +42,7 @@ def layout() -> Layout:
 _FAMILIES = "Llama, Qwen, Mistral, SmolLM (one cache) or Gemma 2/3, gpt-oss (sliding window)"
 
 
-def check_layout(ctx: Context) -> None:
+def probe_layout(ctx: Context) -> None:
     """Refuse, before any work, a model whose memory cascade cannot store, in one line naming
     its family and what works instead: one token is decoded into the scratch sequence and its
     state read back through the codec (once per context)."""
@@ -127,7 +127,7 @@ class Library:
         fingerprint of every chunk they write and restore only their own model's); documents
         and the sink keep refusing it."""
         kv.configure(library_dir())
-        check_layout(ctx)
+        probe_layout(ctx)
         self.settings = settings
         self.ctx = ctx
         fingerprint = ctx.fingerprint()
@@ -200,9 +200,10 @@ class Library:
         states."""
         self.ram.discard_prefix(doc.owner + ":")
         self.recall.flush()
-        if self.remote is not None:
-            self.remote.forget(doc.owner)
-        return catalog.remove(self.disk, doc)
+        removed = catalog.remove(self.disk, doc)
+        if self.remote is not None:  # after the catalog commit: a crash leaves no listed
+            self.remote.forget(doc.owner)  # document without its remote records
+        return removed
 
     def close(self) -> None:
         try:

@@ -155,9 +155,9 @@ class PromptService(Replier):
         run = Run(params, stop)
         run.fingerprint = salted(self.fingerprint, params.salt)
         self.lib.disk.take_lock()
-        self._since_trim += 1
-        if self._since_trim >= TRIM_EVERY:
+        if self._since_trim >= TRIM_EVERY:  # requests since the last check (idle checks too)
             self.trim()
+        self._since_trim += 1
         return run
 
     def trim(self) -> None:

@@ -58,8 +58,10 @@ def redact(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<invalid url>"
+    if parts.query:  # redis-py takes ?password=… and other settings from the query
+        parts = parts._replace(query="***")
     if "@" not in parts.netloc:
-        return url
+        return urlunsplit(parts)
     auth, _, host = parts.netloc.rpartition("@")
     user = auth.partition(":")[0] if ":" in auth else ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
@@ -281,8 +283,9 @@ class RemoteTier:
         return body
 
     def close(self) -> None:
-        """Close the pool's connections."""
+        """Close the pool's connections (the client does not own a pool it was given)."""
         self.client.close()
+        self.client.connection_pool.disconnect()
 
 
 def _parse(address: str, meta: bytes, payload: bytes) -> tuple[Record | None, str]:
