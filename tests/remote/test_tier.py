@@ -184,6 +184,8 @@ def test_urls_are_checked_and_redacted() -> None:
     assert redact("redis://h:1/0") == "redis://h:1/0"
     assert redact("redis://p4ss@h:1/0") == "redis://:***@h:1/0"  # a password alone
     assert "p4ss" not in redact("redis://u:p4ss@h:x/0")  # even in a URL with a bad port
+    # redis-py reads connection settings, a password among them, from the query
+    assert redact("redis://h:1/0?password=p4ss") == "redis://h:1/0?***"
     assert check_url("rediss://h:6380/1") == "rediss://h:6380/1"
     for bad in ("http://h:1/0", "redis://", "redis://h:1/x", "h:6379", "redis://u:p4ss@h:x/0"):
         with pytest.raises(ConfigError) as exc:
