@@ -190,7 +190,7 @@ class Library:
         try:
             return self.disk.meta(doc.chunk_key(idx))
         except (NotFoundError, CorruptChunkError):
-            meta = self.remote.record(doc, idx) if self.remote is not None else None
+            meta = self.remote.held(doc, idx) if self.remote is not None else None
             if meta is None:
                 raise
             return meta

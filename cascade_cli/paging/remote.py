@@ -159,11 +159,14 @@ class RemoteLink:
 
     def record(self, doc: catalog.Document, idx: int) -> ChunkMeta | None:
         """Chunk ``idx`` of ``doc``: its disk record, else its remote one, else None."""
-        key = doc.chunk_key(idx)
         try:
-            return self.lib.disk.meta(key)
+            return self.lib.disk.meta(doc.chunk_key(idx))
         except (NotFoundError, CorruptChunkError):
-            pass
+            return self.held(doc, idx)
+
+    def held(self, doc: catalog.Document, idx: int) -> ChunkMeta | None:
+        """The record of chunk ``idx`` of ``doc`` held only by the remote tier, or None."""
+        key = doc.chunk_key(idx)
         with self.lib.disk.lock:
             row = self.lib.disk.conn.execute(
                 "SELECT idx, tok_start, tok_end, tokens, pos, scheme FROM remote_chunks"

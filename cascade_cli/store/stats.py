@@ -187,7 +187,8 @@ def snapshot(source: sqlite3.Connection | StatsSource) -> dict[str, Any]:
             snap = _persisted(source.conn)
         counters, hist, sums = source.stats.pending()
         for (tier, name), v in counters.items():
-            snap["tiers"].setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] += v
+            row = snap["tiers"].setdefault(tier, dict.fromkeys(COUNTERS, 0))
+            row[name] = row.get(name, 0) + v  # a tier's own counters (remote: published, …)
         for op, counts in hist.items():
             h = snap["latency"].setdefault(op, empty_histogram())
             h["counts"] = [a + b for a, b in zip(h["counts"], counts, strict=True)]
