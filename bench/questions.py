@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from bench.niah import EMBED, MODEL  # noqa: E402
 from cascade_cli.engine import Model, set_verbose  # noqa: E402
 from cascade_cli.engine.embed import Embedder  # noqa: E402
-from cascade_cli.paging.ask import arrange  # noqa: E402
+from cascade_cli.paging.plan import arrange  # noqa: E402
 from cascade_cli.recall import Recall, fill  # noqa: E402
 from cascade_cli.recall.lexical import query_terms  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402

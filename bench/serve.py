@@ -229,15 +229,15 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
 
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     """The locker run's conversations asked again in process (same store), with the recalled
-    passage quoted before the question (--quote-tokens) or not: an ablation of the quote."""
+    passage quoted before the question (--quote POLICY: tops, agree, off): an ablation of the quote."""
     from cascade_cli.config import Settings
     from cascade_cli.engine import Context, Model
     from cascade_cli.paging.library import Library
     from cascade_cli.prompts.service import PromptService
     from cascade_cli.prompts.types import Message, Params
-    from cascade_cli.session import plan
+    from cascade_cli.paging import plan
 
-    plan.QUOTE_TOKENS = args.quote_tokens
+    plan.QUOTE = args.quote
     where = ROOT / "bench" / ".work" / "serve-locker"
     saved = json.loads((where / "conversations.json").read_text())
     model = next((where / "models").glob("SmolLM2*.gguf"))
@@ -265,8 +265,8 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(row)
             print(json.dumps(row), flush=True)
     for name in ("direct", "paraphrase"):
-        print(f"quote {args.quote_tokens}: {name} {sum(r[name] for r in rows)}/{len(rows)}")
-    return {"quote_tokens": args.quote_tokens, "trials": rows}
+        print(f"quote {args.quote}: {name} {sum(r[name] for r in rows)}/{len(rows)}")
+    return {"quote": args.quote, "trials": rows}
 
 
 def _client_script(c: int, n: int) -> list[str]:
@@ -350,7 +350,7 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
-    ap.add_argument("--quote-tokens", type=int, default=64)
+    ap.add_argument("--quote", default="tops", choices=["tops", "agree", "off"])
     ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
@@ -360,7 +360,7 @@ def main() -> None:
     args = ap.parse_args()
     jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
     result = jobs[args.what](args)
-    tag = f"-quote{args.quote_tokens}" if args.what == "replay" else ""
+    tag = f"-quote-{args.quote}" if args.what == "replay" else ""
     if args.what == "locker" and args.text != TEXT:
         tag = f"-{args.text.stem}"
     out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"

@@ -9,25 +9,19 @@ from typing import Any
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.errors import ContextFullError, NotFoundError, StoreError
+from cascade_cli.errors import NotFoundError, StoreError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.plan import ORDER, QUOTE, Request
+from cascade_cli.paging.plan import plan as layout
+from cascade_cli.paging.plan import reserve as reserve_for
 from cascade_cli.paging.prompt import frame, question_tokens
 from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
-from cascade_cli.recall import fill
-from cascade_cli.recall.select import to_quote
 from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
-#: Window order of recalled chunks ('relevance': best hit nearest the question; 'document').
-ORDER = "relevance"
-#: Which recalled passages are quoted again right before the question, where a small model
-#: reads best (policies: recall.select.to_quote). A quote is one passage (≲ 128 tokens, ~25 on
-#: average; a sentence cut by a chunk edge is joined whole) decoded on every ask; quotes that
-#: would leave no room for a chunk are dropped.
-QUOTE = "tops"
 
 
 def quiet(message: str) -> None:
@@ -83,59 +77,26 @@ def plan(
     order: str = ORDER,
     quote: str = QUOTE,
     quoted: list[str] | None = None,
+    notice: Notice = quiet,
 ) -> tuple[list[int], list[int]]:
-    """(chunk indices to page in, in window order; question tokens) sized to fit the window
-    with `reserve` left: the best distinct hits (at most `top_k` when > 0) and, where a hit's
-    best passage touches its chunk's edge, up to `neighbors` chunks beyond it. The passages the
-    `quote` policy picks are quoted before the question (and appended to `quoted`)."""
+    """(chunk indices to page in, in window order; question tokens): the planner's layout
+    (paging/plan.py) for a question about `doc`, with `reserve` positions left for the answer.
+    The quoted passages are appended to `quoted`."""
     fr = frame(ctx.model)
-    hits = lib.recall.search([doc.owner], question, mode, subject=True)
-    picked = to_quote(hits, quote, lib.recall.methods(mode))
-    evidence = list(dict.fromkeys(lib.recall.passage_texts(picked)))  # one text, quoted once
-    q = question_tokens(ctx.model, fr, question, evidence)
-    if evidence and (window - len(fr.prefix) - len(q) - reserve) < doc.block_size:
-        evidence = []  # quotes never cost the last chunk's room
-        q = question_tokens(ctx.model, fr, question)
+    bare = question_tokens(ctx.model, fr, question)
+    req = Request(
+        window=window, head=len(fr.prefix), tail=len(bare) + reserve, query=question, mode=mode,
+        sources=[lib.source(doc)], fill=True, top_k=top_k, neighbors=neighbors, order=order,
+        quote=quote,
+    )  # fmt: skip
+    laid = layout(lib.recall, req)
+    for note in laid.notes:
+        notice(note)
+    evidence = [q.text for q in laid.quotes]
+    q = question_tokens(ctx.model, fr, question, evidence, len(bare) + laid.quote_room)
     if quoted is not None:
         quoted.extend(evidence)
-    room = window - len(fr.prefix) - len(q) - reserve
-    budget = max(0, room // doc.block_size)
-    if budget == 0:
-        raise ContextFullError(
-            f"a {window}-token window has no room for a {doc.block_size}-token chunk "
-            f"after the prompt, the question and {reserve} answer tokens",
-            "Raise --gpu-cache-size or lower --max-tokens.",
-        )
-    counts = lib.recall.passage_counts(doc.owner)
-    chosen = fill(
-        hits,
-        budget,
-        lambda owner: doc.chunks,
-        lambda owner, chunk: counts.get(chunk, 1),
-        max_hits=top_k,
-        neighbors=neighbors,
-    )
-    indices = arrange([c for _, c in chosen], order)
-    if not indices:  # nothing matched: the opening chunks
-        indices = list(range(min(doc.chunks, budget)))
-    return indices, q
-
-
-def arrange(best_first: list[int], order: str = ORDER) -> list[int]:
-    """Window order of chosen chunks: runs of adjacent chunks stay together in document order;
-    'relevance' puts the run holding the best hit last (nearest the question), 'document' sorts
-    everything by position."""
-    if order == "document":
-        return sorted(best_first)
-    rank = {c: i for i, c in enumerate(best_first)}
-    runs: list[list[int]] = []
-    for c in sorted(best_first):
-        if runs and runs[-1][-1] == c - 1:
-            runs[-1].append(c)
-        else:
-            runs.append([c])
-    runs.sort(key=lambda run: -min(rank[c] for c in run))
-    return [c for run in runs for c in run]
+    return [c for _, c in laid.recalled], q
 
 
 def _place(
@@ -205,12 +166,12 @@ def ask(
     penalised); without it, 86387 and 27455."""
     ensure_indexed(ctx, lib, doc, notice)
     t0 = time.perf_counter()
-    reserve = min(max_tokens, 256)
+    reserve = reserve_for(max_tokens, window)
     win = Window(ctx, window)
     t_recall = time.perf_counter()
     chosen, q = plan(
         ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order, quote,
-        result.passages,
+        result.passages, notice,
     )  # fmt: skip
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]

@@ -24,6 +24,7 @@ from cascade_cli.kv.codec import VERSION, VERSIONS
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
 from cascade_cli.paging import catalog
+from cascade_cli.paging.plan import Source
 from cascade_cli.paging.remote import RemoteLink, link_for
 from cascade_cli.paging.window import SCRATCH_SEQ
 from cascade_cli.recall import Recall
@@ -194,6 +195,20 @@ class Library:
             if meta is None:
                 raise
             return meta
+
+    def source(self, doc: catalog.Document, frame: int = 0) -> Source:
+        """`doc` as a source the planner may recall from (`frame`: tokens around its excerpts):
+        chunk sizes from its block size, chunks the disk budget evicted (and no remote tier
+        holds) left out."""
+        gone = self.disk.evicted(doc.owner)
+        counts = self.recall.passage_counts(doc.owner)
+
+        def size(i: int) -> int | None:
+            if doc.chunk_key(i) in gone and (self.remote is None or not self.remote.held(doc, i)):
+                return None
+            return min(doc.block_size, doc.tokens - i * doc.block_size)
+
+        return Source(doc.owner, doc.name, doc.chunks, size, lambda i: counts.get(i, 1), frame)
 
     def remove(self, doc: catalog.Document) -> int:
         """Delete a document version (catalog and recall rows, then chunks) and its RAM-tier

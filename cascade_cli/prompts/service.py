@@ -4,10 +4,10 @@ Each request is rendered into content-addressed blocks (render.py). Blocks the w
 holds stay (window hits), blocks the RAM or disk tier holds are restored at their new positions,
 and only the rest — new blocks and the open end of the prompt — is decoded: across requests,
 across conversations (a shared system prompt) and across restarts, since the blocks live in the
-chunk store. A conversation longer than the window is laid out the way `cascade chat` lays out a
-session (session/plan.py): the system prompt, the strongest recalled older turns in a kept share
-of the window, then the newest turns; older blocks never seen before are paged through first so
-that they are stored and indexed. After the reply, the finished turn is stored as the next
+chunk store. A conversation longer than the window is laid out by the planner exactly as `cascade chat` lays
+out a session (session/layout.py over paging/plan.py): the system prompt, the strongest recalled
+older turns in a kept share of the window, then the newest turns; older blocks never seen before
+are paged through (stored and indexed) by the same routine chat uses for a long message. After the reply, the finished turn is stored as the next
 request will render it (the reply's text re-tokenized), so the follow-up finds all of it.
 
 Not thread-safe: one llama.cpp context, one window. The server runs every request on one thread.
@@ -16,13 +16,13 @@ Not thread-safe: one llama.cpp context, one window. The server runs every reques
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.plan import QUOTE_ROOM, Turn, block_for, reserve
 from cascade_cli.paging.remote import digest
 from cascade_cli.prompts import cache, catalog
 from cascade_cli.prompts.render import (
@@ -35,10 +35,9 @@ from cascade_cli.prompts.render import (
 )
 from cascade_cli.prompts.reply import Replier, Run
 from cascade_cli.prompts.types import Message, Params, Reply, Stop, never
-from cascade_cli.session import plan as planning
-from cascade_cli.session.chat import DEFAULTS
-from cascade_cli.session.pages import Page, Pages, Placed
-from cascade_cli.session.plan import RECALL_SHARE, fit_recent, pick, query_of, quote
+from cascade_cli.session.layout import lay_out
+from cascade_cli.session.pages import Page, Pages
+from cascade_cli.session.state import DEFAULTS
 from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
 
@@ -70,7 +69,7 @@ class PromptService(Replier):
         lib.recall.check(lib.settings.recall)  # at start, not on the first long conversation
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
-        self.block = planning.block_for(lib.settings.block_size, self.window)
+        self.block = block_for(lib.settings.block_size, self.window)
         self.cache_budget = lib.settings.api_cache_budget
         self._since_trim = 0
         if lib.remote is not None:  # prompt blocks are shared through the remote tier
@@ -86,23 +85,19 @@ class PromptService(Replier):
         blocks, tail = chain(
             run.fingerprint, finished, open_turn, self.block, self.model.detokenize
         )
-        reserve = self._reserve(params) + len(self.tpl.close())
+        reserve = self._reserve(params)
         system = len(blocks[0].tokens)
-        if system + len(tail) + reserve + planning.quote_room() > self.window:
+        if system + len(tail) + reserve + QUOTE_ROOM > self.window:
             raise ContextFullError(
                 f"the system prompt ({system} tokens) leaves no room for a message and a reply "
                 f"in the {self.window}-token window",
                 "Shorten the system prompt or lower max_tokens.",
             )
         pages = self._pages(blocks)
-        run.prompt_tokens = sum(p.n for p in pages) + len(tail)
         opened = len(cut(open_turn, self.block)) - 1  # the open turn's full blocks (at the end)
         save = open_turn == self.tpl.user(question) if question else False
         try:
-            if run.prompt_tokens + reserve <= self.window:
-                self._apply(run, pages, len(tail) + reserve)
-            else:
-                self._long(run, pages, blocks, len(tail), reserve, question, opened)
+            self._lay_out(run, pages, blocks, len(tail), reserve, question, opened)
             return self._reply(run, tail, blocks, open_turn if save else None)
         except BaseException:
             self.pages.reset()  # cells no page accounts for must not outlive a failure
@@ -177,8 +172,9 @@ class PromptService(Replier):
             log.debug("api cache: %d block(s) removed, %d bytes freed", len(removed), freed)
 
     def _reserve(self, params: Params) -> int:
+        """The planner's rule; the reply's closing tokens and FIX_ROOM come after it."""
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
-        return max(1, min(wanted, self.window // 4)) + FIX_ROOM
+        return reserve(wanted, self.window, len(self.tpl.close()) + FIX_ROOM)
 
     def _pages(self, blocks: list[Block], root: str | None = None) -> list[Page]:
         """Pages for the blocks, numbering blocks seen for the first time in their owner."""
@@ -202,10 +198,9 @@ class PromptService(Replier):
             pages.append(Page(r.key, b.tokens, meta))
         return pages
 
-    def _apply(self, run: Run, target: list[Page], room: int, stash: bool | None = None) -> Placed:
-        placed = self.pages.apply(target, room=room, stash=stash, stop=run.stop)
-        run.decoded += placed.recomputed_tokens
-        return placed
+    def _apply(self, run: Run, target: list[Page], room: int) -> None:
+        placed = self.pages.apply(target, room=room, stop=run.stop)
+        run.decoded += placed.decoded
 
     def _index(self, pages: list[Page], blocks: list[Block]) -> None:
         """Index the finished turns among `pages` (with their `blocks`) for recall, once each."""
@@ -215,7 +210,7 @@ class PromptService(Replier):
             if p.meta is not None and b.text and p.meta.index not in done[p.meta.owner]:
                 self.lib.recall.index(p.meta.owner, p.meta.index, b.text)
 
-    def _long(
+    def _lay_out(
         self,
         run: Run,
         pages: list[Page],
@@ -225,44 +220,40 @@ class PromptService(Replier):
         question: str,
         opened: int,
     ) -> None:
-        """A conversation longer than the window: page older blocks through (storing them),
-        recall the strongest of them, keep the newest; the best recalled passage is quoted
-        before the new message (and before its blocks already stored, if it is long)."""
+        """Lay the conversation out with the planner (session/layout.py): while it fits, all of
+        it; else older blocks never seen are paged through (stored and indexed), the strongest
+        recalled and the best passages quoted before the new message. A new message that does
+        not fit its share of the window is refused (400 context_length_exceeded), never cut."""
         system, rest = pages[0], pages[1:]
-        quoted = planning.quote_room()
-        free = self.window - system.n - need - reserve - quoted
-        n_recent = fit_recent([p.n for p in rest], free - int(self.window * RECALL_SHARE))
-        older, recent = rest[: len(rest) - n_recent], rest[len(rest) - n_recent :]
-        budget = min(int(self.window * RECALL_SHARE), free - sum(p.n for p in recent))
-        paged = False
-        for i, p in enumerate(older):  # never seen (or evicted): decode it in a sliding window
-            if not self.pages.stored(p):
-                n = fit_recent([q.n for q in older[:i]], self.window - system.n - p.n)
-                self._apply(run, [system, *older[i - n : i], p], 0, stash=False)  # just saved
-                paged = True
-        if paged:
-            self.lib.pager.flush()  # stored before anything asks whether it is
-        self._index(older, blocks[1 : 1 + len(older)])
-        by_key = {p.key: i for i, p in enumerate(older)}
-        t0 = time.perf_counter()
-        owners = sorted({p.meta.owner for p in older if p.meta is not None})
-        hits = self.lib.recall.search(
-            owners, query_of(question), mode=self.lib.settings.recall, limit=32
-        )
-        hits = [h for h in hits if f"{h.owner}:{h.chunk}" in by_key]  # this conversation's
-        chosen = pick(hits, lambda h, _: older[by_key[f"{h.owner}:{h.chunk}"]].n, budget)
-        note = None
-        mode = self.lib.settings.recall
-        if planning.worth_quoting(self.lib.recall, mode, chosen) and opened <= len(recent):
-            said = "".join(self.lib.recall.passage_texts(chosen[:1]))
-            note = quote(self.tpl, "Said earlier", said)
-        run.result.recall_s = time.perf_counter() - t0
-        keep = sorted(by_key[f"{h.owner}:{h.chunk}"] for h in chosen)
-        run.result.recalled = [older[i].key for i in keep]
-        split = len(recent) - min(opened, len(recent))
-        target = [system, *(older[i] for i in keep), *recent[:split]]
-        target += [*([note] if note else []), *recent[split:]]
-        self._apply(run, target, need + reserve)
+        self._index(rest, blocks[1:])
+        history = [
+            (Turn(p.key, p.n, p.meta.owner, p.meta.index, i >= len(rest) - opened), p)
+            for i, p in enumerate(rest)
+            if p.meta is not None
+        ]
+        laid = lay_out(
+            self.lib, self.tpl, window=self.window, system=system, history=history,
+            tail=need + reserve, query=question, page_of=self._page_of,
+        )  # fmt: skip
+        if laid.plan.cut:
+            size = sum(p.n for t, p in history if t.current) + need
+            raise ContextFullError(
+                f"the last message is {size} tokens; with {reserve} for the reply it does not "
+                f"fit the {self.window}-token window beside the system prompt",
+                "Shorten the message or lower max_tokens.",
+            )
+        kept = {t.key for t in laid.plan.kept}
+        older = [p for t, p in history if t.key not in kept]
+        if older:  # never seen (or evicted): decoded in a sliding window and stored
+            self.pages.page_through(system, older, reserve, stop=run.stop)
+        run.result.recall_s = laid.plan.recall_s
+        run.result.recalled = list(laid.labels)
+        run.prompt_tokens = laid.tokens + need
+        placed = self.pages.apply(laid.pages, room=need + reserve, stop=run.stop)
+        run.decoded += placed.decoded
+
+    def _page_of(self, key: str) -> Page:
+        raise InputError(f"no document chunk {key!r} in an API conversation", "")
 
     def idle(self) -> None:
         """Between requests: finish saving, then let other processes (`cascade ingest`, `rm`)

@@ -64,8 +64,17 @@ def m004_corpus_uid_filled(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE recall_corpora SET uid = lower(hex(randomblob(8))) WHERE uid IS NULL")
 
 
+def m005_empty_chunks(conn: sqlite3.Connection) -> None:
+    """Chunks indexed with no passages (whitespace only): indexed once, not on every ask."""
+    conn.execute(
+        "CREATE TABLE recall_empty (corpus INTEGER NOT NULL, chunk INTEGER NOT NULL,"
+        " PRIMARY KEY (corpus, chunk))"
+    )
+
+
 register_migrations(
-    "recall", [m001_corpora, m002_unembedded, m003_corpus_uid, m004_corpus_uid_filled]
+    "recall",
+    [m001_corpora, m002_unembedded, m003_corpus_uid, m004_corpus_uid_filled, m005_empty_chunks],
 )
 
 
@@ -123,6 +132,9 @@ def add(conn: sqlite3.Connection, owner: str, chunk: int, passages: Sequence[Pas
     table = fts_table(cid)
     conn.execute(f"DELETE FROM {table} WHERE chunk = ?", (chunk,))
     conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk = ?", (cid, chunk))
+    conn.execute("DELETE FROM recall_empty WHERE corpus = ? AND chunk = ?", (cid, chunk))
+    if not passages:  # indexed, with nothing to find
+        conn.execute("INSERT INTO recall_empty (corpus, chunk) VALUES (?, ?)", (cid, chunk))
     for i, p in enumerate(passages):
         conn.execute(
             "INSERT INTO recall_passages (corpus, chunk, pidx, start, text) VALUES (?, ?, ?, ?, ?)",
@@ -140,6 +152,7 @@ def drop_from(conn: sqlite3.Connection, owner: str, chunk: int) -> None:
         return
     conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk >= ?", (chunk,))
     conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk >= ?", (cid, chunk))
+    conn.execute("DELETE FROM recall_empty WHERE corpus = ? AND chunk >= ?", (cid, chunk))
     _bump(conn, cid)
 
 
@@ -152,9 +165,10 @@ def drop_chunks(conn: sqlite3.Connection, owner: str, chunks: Sequence[int]) -> 
         part = list(chunks[o : o + 500])
         marks = ",".join("?" * len(part))
         conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk IN ({marks})", part)
-        conn.execute(
-            f"DELETE FROM recall_passages WHERE corpus = ? AND chunk IN ({marks})", (cid, *part)
-        )
+        for table in ("recall_passages", "recall_empty"):
+            conn.execute(
+                f"DELETE FROM {table} WHERE corpus = ? AND chunk IN ({marks})", (cid, *part)
+            )
     _bump(conn, cid)
 
 
@@ -165,15 +179,20 @@ def forget(conn: sqlite3.Connection, owner: str) -> None:
         return
     conn.execute(f"DROP TABLE IF EXISTS {fts_table(cid)}")
     conn.execute("DELETE FROM recall_passages WHERE corpus = ?", (cid,))
+    conn.execute("DELETE FROM recall_empty WHERE corpus = ?", (cid,))
     conn.execute("DELETE FROM recall_corpora WHERE id = ?", (cid,))
 
 
 def chunks_indexed(conn: sqlite3.Connection, owner: str) -> set[int]:
-    """Chunk indices of `owner` that have passages."""
+    """Chunk indices of `owner` that were indexed (with passages, or none: whitespace only)."""
     cid = corpus_id(conn, owner)
     if cid is None:
         return set()
-    rows = conn.execute("SELECT DISTINCT chunk FROM recall_passages WHERE corpus = ?", (cid,))
+    rows = conn.execute(
+        "SELECT chunk FROM recall_passages WHERE corpus = ?"
+        " UNION SELECT chunk FROM recall_empty WHERE corpus = ?",
+        (cid, cid),
+    )
     return {int(c) for (c,) in rows}
 
 

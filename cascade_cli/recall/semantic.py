@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Container
 
 import numpy as np
 import numpy.typing as npt
@@ -50,11 +51,20 @@ class VectorCache:
 
 
 def search(
-    conn: sqlite3.Connection, cache: VectorCache, owner: str, qvec: F32, limit: int = 64
+    conn: sqlite3.Connection,
+    cache: VectorCache,
+    owner: str,
+    qvec: F32,
+    limit: int = 64,
+    allowed: Container[int] | None = None,
 ) -> list[PassageHit]:
     """Best passages of `owner` by cosine similarity to `qvec` (unit length), in context (see
-    recall.context), best first."""
+    recall.context), best first; only passages of `allowed` chunks when it is given."""
     ids, mat = cache.get(conn, owner)
     if not len(ids):
         return []
-    return top(owner, ids, in_context(ids, mat @ qvec), limit)
+    scores = in_context(ids, mat @ qvec)
+    if allowed is not None:
+        keep = np.fromiter((int(c) in allowed for c in ids[:, 0]), bool, len(ids))
+        ids, scores = ids[keep], scores[keep]
+    return top(owner, ids, scores, limit)

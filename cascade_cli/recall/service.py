@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -173,9 +173,18 @@ class Recall:
         mode: str = "hybrid",
         limit: int = 32,
         subject: bool = False,
+        scope: Mapping[str, Container[int]] | None = None,
     ) -> list[Hit]:
         """Chunks of `owners` for `query`, best first (fused passage rankings; with `subject`,
-        chunks about the question's words add weight — `ask` fills a budget of many chunks)."""
+        chunks about the question's words add weight — `ask` fills a budget of many chunks).
+        `scope`: the only chunks an owner may answer with, applied to each ranking before the
+        fusion (an owner shared by several conversations ranks only the asker's chunks)."""
+
+        def mine(hits: list[lexical.PassageHit]) -> list[lexical.PassageHit]:
+            if scope is None:
+                return hits
+            return [h for h in hits if h.owner not in scope or h.chunk in scope[h.owner]]
+
         t0 = time.perf_counter()
         rankings: dict[str, list[lexical.PassageHit]] = {}
         if mode in ("hybrid", "bm25"):
@@ -183,12 +192,13 @@ class Recall:
             about: list[lexical.PassageHit] = []
             with self.disk.lock:
                 for o in owners:
+                    wide = limit if scope is None or o not in scope else 1 << 30
                     if subject:
-                        hits, chunks = lexical.search_with_subject(self.disk.conn, o, query, limit)
+                        hits, chunks = lexical.search_with_subject(self.disk.conn, o, query, wide)
                     else:
-                        hits, chunks = lexical.search(self.disk.conn, o, query, limit), []
-                    found += hits
-                    about += chunks
+                        hits, chunks = lexical.search(self.disk.conn, o, query, wide), []
+                    found += mine(hits)[:limit]
+                    about += mine(chunks)
             rankings["bm25"] = sorted(found, key=lambda h: -h.score)
             if about:
                 rankings["subject"] = sorted(about, key=lambda h: -h.score)
@@ -205,8 +215,11 @@ class Recall:
                 found = [
                     h
                     for o in owners
-                    for h in semantic.search(self.disk.conn, self.cache, o, qvec, limit)
-                ]
+                    for h in semantic.search(
+                        self.disk.conn, self.cache, o, qvec, limit,
+                        None if scope is None else scope.get(o),
+                    )
+                ]  # fmt: skip
             rankings["semantic"] = sorted(found, key=lambda h: -h.score)
         self.timings = {"lexical_s": t1 - t0, "semantic_s": time.perf_counter() - t1}
         return fuse(rankings)[:limit]

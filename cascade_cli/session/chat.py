@@ -11,39 +11,24 @@ are recalled into the kept part, in conversation order.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from cascade_cli.engine import Context, Sampler, SamplerSettings
+from cascade_cli.engine import Context, Sampler
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import InputError
 from cascade_cli.paging import catalog as docs
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
-from cascade_cli.session.catalog import Chunk, Session
-from cascade_cli.session.long import page_through
+from cascade_cli.session.catalog import Chunk
+from cascade_cli.session.layout import lay_out
 from cascade_cli.session.manage import remove
-from cascade_cli.session.pages import Page, Pages, Placed
-from cascade_cli.session.plan import block_for, plan
-from cascade_cli.session.recall import recall_for
-from cascade_cli.session.restore import check_doc, drop_unfinished, index_missing, open_window
-from cascade_cli.session.template import template
-from cascade_cli.store import ChunkMeta
+from cascade_cli.session.restore import drop_unfinished, index_missing, open_window
+from cascade_cli.session.state import DEFAULTS, SessionState
 
-DEFAULTS: dict[str, Any] = {
-    "system": "You are a helpful assistant.",
-    "temperature": 0.7,
-    "top_k": 40,
-    "top_p": 0.95,
-    "repeat_penalty": 1.0,  # off: a penalty garbles numbers with repeated digits (4417 → 44…)
-    "seed": None,
-    "max_tokens": 512,
-}
+__all__ = ["DEFAULTS", "ChatSession", "TurnStats"]
 
 
 @dataclass
@@ -62,22 +47,8 @@ class TurnStats:
     paged_in: int = 0
 
 
-@dataclass
-class Totals:
-    """This process's counters for the session (what /stats prints)."""
-
-    tiers: Counter[str] = field(default_factory=Counter)  # window / ram / disk / recomputed
-    restore_s: float = 0.0
-    restored_tokens: int = 0
-    prefill_s: float = 0.0
-    prefill_tokens: int = 0
-    gen_s: float = 0.0
-    gen_tokens: int = 0
-    turns: int = 0
-
-
-class ChatSession:
-    """One open session: its row, chunks, the window's pages and the sampler."""
+class ChatSession(SessionState):
+    """One open session: its state (state.py), the sampler, and the turns."""
 
     def __init__(
         self,
@@ -91,97 +62,13 @@ class ChatSession:
         notify: Callable[[str], None] = lambda _: None,
         create: bool = True,
     ) -> None:
-        self.ctx = ctx
-        self.lib = lib
-        self.model = ctx.model
-        self.tpl = template(ctx.model)
-        self.window = window or lib.settings.gpu_cache_size
-        self.notify = notify
-        self.docs = documents or []
-        self.recall = recall_for(lib)
-        self.pages = Pages(ctx, lib, self.window)
-        self.totals = Totals()
+        super().__init__(
+            ctx, lib, name, overrides=overrides, window=window, documents=documents,
+            notify=notify, create=create,
+        )  # fmt: skip
         self.last = TurnStats()
-        self.created = False
-        name = catalog.check_name(name)
-        fp = ctx.fingerprint()
-        for doc in self.docs:
-            check_doc(self, doc, fp)
-        with lib.disk.transaction() as conn:
-            row = catalog.find(conn, name)
-            if row is None:
-                if not create:
-                    raise InputError(f"no chat session named {name!r}", "See `cascade sessions`.")
-                settings = {**DEFAULTS, **(overrides or {})}
-                row = catalog.create(
-                    conn, name, self.model.path.name, fp, lib.settings.compression, settings
-                )
-                self.created = True
-            elif overrides:
-                row.settings = {**DEFAULTS, **row.settings, **overrides}
-                catalog.update(conn, row)
-            self.s: Session = row
-            self.chunks = {c.idx: c for c in catalog.chunks(conn, row)}
         self.sampler = Sampler(self.sampling)
-        open_window(self, fp)
-
-    # ---- settings ---------------------------------------------------------------------------
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        return {**DEFAULTS, **self.s.settings}
-
-    @property
-    def sampling(self) -> SamplerSettings:
-        st = self.settings
-        return SamplerSettings(
-            temperature=float(st["temperature"]),
-            top_k=int(st["top_k"]),
-            top_p=float(st["top_p"]),
-            seed=0xFFFFFFFF if st["seed"] is None else int(st["seed"]),
-            repeat_penalty=float(st["repeat_penalty"]),
-        )
-
-    @property
-    def max_tokens(self) -> int:
-        return int(self.settings["max_tokens"])
-
-    @property
-    def block(self) -> int:
-        """Most tokens in one chunk: --block-size, or less so that any chunk can be recalled."""
-        return block_for(self.lib.settings.block_size, self.window)
-
-    def split(self, tokens: list[int]) -> list[list[int]]:
-        return [tokens[o : o + self.block] for o in range(0, len(tokens), self.block)]
-
-    @property
-    def reserve(self) -> int:
-        """Window kept free for the reply and its closing tokens."""
-        return min(self.max_tokens, self.window // 4) + len(self.tpl.close())
-
-    # ---- opening ------------------------------------------------------------------------------
-
-    # ---- pages --------------------------------------------------------------------------------
-
-    def idx_of(self, key: str) -> int:
-        owner, _, idx = key.rpartition(":")
-        return int(idx) if owner == self.s.owner else -1
-
-    def page(self, key: str) -> Page:
-        idx = self.idx_of(key)
-        if idx >= 0:
-            c = self.chunks[idx]
-            meta = ChunkMeta(
-                key=key, owner=self.s.owner, index=idx, start=0, end=len(c.tokens),
-                tokens=np.asarray(c.tokens, dtype=np.int32), scheme=self.s.scheme, pinned=True,
-            )  # fmt: skip
-            return Page(key, c.tokens, meta)
-        meta = self.lib.disk.meta(key)  # a document's chunk: never recomputed into the store
-        return Page(key, meta.tokens.tolist(), None)
-
-    def count(self, placed: Placed) -> None:
-        self.totals.tiers["window"] += placed.kept
-        self.totals.tiers.update(placed.tiers)
+        open_window(self, self.pages.fingerprint)
 
     # ---- turns --------------------------------------------------------------------------------
 
@@ -193,14 +80,22 @@ class ChatSession:
         self.last = stats
         t0 = time.perf_counter()
         q = self.tpl.user(text)
-        system_n = len(self.chunks[0].tokens)
-        long = system_n + len(q) + self.reserve > self.window
+        system = self.page(self.s.key(0))
+        long = system.n + len(q) + self.reserve > self.window
         try:
             if long:
-                q = page_through(self, text)
-            pages, labels, stats.recall_s = plan(self, text, len(q))
+                q = self._page_through(text)
+            laid = lay_out(
+                self.lib, self.tpl, window=self.window, system=system, history=self.pieces(),
+                tail=len(q) + self.reserve, query=text, documents=self.docs, page_of=self.page,
+                labels=self.labels(),
+            )  # fmt: skip
+            labels = laid.labels
+            stats.recall_s = laid.plan.recall_s
+            for note in laid.plan.notes:
+                self.notify(note)
             before = set(self.pages.keys)
-            placed = self.pages.apply(pages, room=len(q) + self.reserve)
+            placed = self.pages.apply(laid.pages, room=len(q) + self.reserve)
         except BaseException:
             self.pages.reset()  # the next message places everything again from the store
             drop_unfinished(self)  # blocks of a long message cut short
@@ -246,6 +141,30 @@ class ChatSession:
             self.totals.gen_s += gen_s
             self.totals.gen_tokens += len(reply)
             self.totals.turns += 1
+
+    def _page_through(self, text: str) -> list[int]:
+        """A message longer than the window: all but its tail are stored as chunks of the turn
+        (decoded in a sliding window, as `ingest` does, and indexed for recall, so later
+        messages can recall any part of it); returns the tail to decode as usual."""
+        opening, body, closing = self.tpl.user_parts(text)
+        tokens = opening + body
+        blocks = self.split(tokens)
+        tail = blocks.pop()
+        turn = self.s.turns + 1
+        made = []
+        for piece in blocks:
+            idx = max(self.chunks) + 1
+            self.chunks[idx] = Chunk(idx, turn, piece, self.model.detokenize(piece))
+            made.append(self.chunks[idx])
+        with self.lib.disk.transaction() as conn:
+            for chunk in made:
+                catalog.put_chunk(conn, self.s, chunk)
+        system = self.page(self.s.key(0))
+        pages = [self.page(self.s.key(c.idx)) for c in made]
+        self.count(self.pages.page_through(system, pages, self.reserve + len(closing)))
+        index_missing(self)
+        self.notify(f"long message: {len(tokens)} tokens paged through in {len(blocks) + 1} blocks")
+        return tail + closing
 
     def _finish(self, text: str, q: list[int], reply: list[int], start: int, long: bool) -> None:
         """Close the reply, save the turn's chunk and commit its transcript."""

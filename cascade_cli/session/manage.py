@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cascade_cli.recall import index as recall_index
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Session
-from cascade_cli.session.recall import forget_in
 from cascade_cli.store import DiskStore, owners
 
 
@@ -14,7 +14,7 @@ def remove(disk: DiskStore, s: Session) -> int:
     """Delete a session: its rows and recall index first (committed), then its chunks; returns
     bytes freed. A crash in between leaves chunks without a row, which `sweep` deletes."""
     with disk.transaction() as conn:
-        forget_in(conn, s.owner)
+        recall_index.forget(conn, s.owner)
         catalog.delete(conn, s)
     return disk.delete_owner(s.owner)
 

@@ -58,6 +58,7 @@ class Placed:
     moved: bool = False  # cells after a chunk moved (a K-shift follows)
     tiers: Counter[str] = field(default_factory=Counter)  # ram / disk / recomputed
     recomputed_tokens: int = 0
+    decoded: int = 0  # tokens decoded to place pages: recomputed ones, quotes and frames
     seconds: float = 0.0
 
 
@@ -165,6 +166,8 @@ class Pages:
                 if stop is not None and stop():
                     raise Cancelled("the request was cancelled while its prompt was decoded")
                 tier = self._materialize(p, fresh[p.key], "ram" if p.key in warm else "disk")
+                if tier == "recomputed":
+                    done.decoded += p.n
                 if not p.transient:  # a quote is no chunk: counted nowhere
                     done.tiers[tier] += 1
                     if tier == "recomputed":
@@ -275,12 +278,42 @@ class Pages:
         end = self.win.end
         self.win.append(p.tokens)
         blob = self.win.save(end, end + p.n)
-        if p.meta is not None and self.saving:
-            self.lib.pager.save(p.meta.replace(pos=at), blob)
+        if p.meta is not None and self.saving:  # saved where its cells were computed
+            self.lib.pager.save(p.meta.replace(pos=end), blob)
         if at < end:
             self.win.drop(end, end + p.n, slide=False)
             self.win.place(blob, at=at, shift=False)
         return "recomputed"
+
+    def page_through(
+        self,
+        head: Page,
+        items: Sequence[Page],
+        reserve: int,
+        stop: Callable[[], bool] | None = None,
+    ) -> Placed:
+        """Make the store hold every one of `items` (oldest first) that it does not: each is
+        decoded after `head` and the items before it that still fit, a sliding window as
+        `ingest` uses, and saved (never copied into RAM). The one routine for text longer
+        than the window: a long chat message, an API conversation's unseen older blocks."""
+        done = Placed()
+        sizes = [p.n for p in items]
+        for i, p in enumerate(items):
+            if self.stored(p):
+                continue
+            n = 0
+            used = head.n + p.n + reserve
+            while n < i and used + sizes[i - n - 1] <= self.cells:
+                used += sizes[i - n - 1]
+                n += 1
+            placed = self.apply([head, *items[i - n : i], p], 0, stash=False, stop=stop)
+            done.kept += placed.kept
+            done.tiers.update(placed.tiers)
+            done.recomputed_tokens += placed.recomputed_tokens
+            done.decoded += placed.decoded
+        if done.tiers:
+            self.lib.pager.flush()  # stored before anything asks whether it is
+        return done
 
     def append(self, page: Page, start: int) -> None:
         """Record a page whose tokens were just decoded at positions start.. (a new turn) and

@@ -9,28 +9,14 @@ missing or fail their checksum are recomputed one by one when placed (see pages.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-from cascade_cli.errors import InputError
-from cascade_cli.paging import catalog as docs
+from cascade_cli.paging.plan import RECALL_SHARE, fit_recent
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
-from cascade_cli.session.plan import RECALL_SHARE
-
-if TYPE_CHECKING:
-    from cascade_cli.session.chat import ChatSession
+from cascade_cli.session.state import SessionState
 
 
-def check_doc(chat: ChatSession, doc: docs.Document, fp: str) -> None:
-    keys = chat.lib.disk.chunks(doc.owner)
-    if keys and keys[0].fingerprint != fp:
-        raise InputError(
-            f"document {doc.name!r} was ingested with another model",
-            f"Chat with the model it was ingested with, or `cascade ingest {doc.path}` again.",
-        )
-
-
-def open_window(chat: ChatSession, fp: str) -> None:
+def open_window(chat: SessionState, fp: str) -> None:
     """Restore the stored window, or rebuild the session's chunks from its text."""
     system = chat.tpl.system(str(chat.settings["system"]))
     head = chat.chunks.get(0)
@@ -62,7 +48,7 @@ def open_window(chat: ChatSession, fp: str) -> None:
         )
 
 
-def drop_unfinished(chat: ChatSession) -> None:
+def drop_unfinished(chat: SessionState) -> None:
     """Forget chunks of a turn that never finished (a long message cut short by a kill)."""
     stale = [c.idx for c in chat.chunks.values() if c.turn > chat.s.turns]
     if not stale:
@@ -80,7 +66,7 @@ def drop_unfinished(chat: ChatSession) -> None:
         del chat.chunks[i]
 
 
-def rechunk(chat: ChatSession, system: list[int], reason: str | None) -> None:
+def rechunk(chat: SessionState, system: list[int], reason: str | None) -> None:
     """(Re)build every chunk's token ids from the transcript with this model's template."""
     with chat.lib.disk.lock:
         turns = catalog.turns(chat.lib.conn, chat.s)
@@ -102,13 +88,8 @@ def rechunk(chat: ChatSession, system: list[int], reason: str | None) -> None:
     chat.s.scheme = chat.lib.settings.compression
     chat.s.tokens = total - len(system)
     room = chat.window - chat.reserve - len(system) - int(chat.window * RECALL_SHARE)
-    recent: list[str] = []
-    used = 0
-    for c in reversed(chunks[1:]):
-        used += len(c.tokens)
-        if used > room:
-            break
-        recent.insert(0, chat.s.key(c.idx))
+    n = fit_recent([len(c.tokens) for c in chunks[1:]], room)  # the planner's rule
+    recent = [chat.s.key(c.idx) for c in chunks[len(chunks) - n :]] if n else []
     chat.s.layout = [chat.s.key(0), *recent]
     with chat.lib.disk.transaction() as conn:
         catalog.forget_chunks(conn, chat.s)
@@ -118,7 +99,7 @@ def rechunk(chat: ChatSession, system: list[int], reason: str | None) -> None:
     chat.chunks = {c.idx: c for c in chunks}
 
 
-def turn_chunks(chat: ChatSession, first: int, turn: int, user: str, reply: str) -> list[Chunk]:
+def turn_chunks(chat: SessionState, first: int, turn: int, user: str, reply: str) -> list[Chunk]:
     """A finished turn's chunk(s) from its text (one, or several for a long message)."""
     tokens = chat.tpl.user(user) + chat.tpl.plain(reply) + chat.tpl.close()
     text = f"User: {user}\nAssistant: {reply}"
@@ -131,7 +112,7 @@ def turn_chunks(chat: ChatSession, first: int, turn: int, user: str, reply: str)
     ]
 
 
-def index_missing(chat: ChatSession) -> None:
+def index_missing(chat: SessionState) -> None:
     """Index chunks whose recall rows a crash (or a rebuild) left out."""
     todo = [c for c in chat.chunks.values() if c.idx and not c.indexed]
     for c in todo:

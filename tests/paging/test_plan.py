@@ -1,6 +1,6 @@
 """Recall queries: what a message asks."""
 
-from cascade_cli.session.plan import QUERY_CHARS, query_of
+from cascade_cli.paging.plan import QUERY_CHARS, query_of
 
 
 def test_short_messages_are_their_own_query() -> None:

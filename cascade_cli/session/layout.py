@@ -1,0 +1,118 @@
+"""A conversation's window as pages: the planner's layout (paging/plan.py) for chat sessions and
+the server's requests alike.
+
+The window holds the system prompt, then the excerpts recalled from documents (each document's
+inside a user turn that names it), then the conversation's recalled turns in conversation order,
+then the newest turns; the quote — the passages recall ranked best, in a short system note — sits
+right before the message being answered (before a long message's stored blocks, never inside
+them). Recall and quoting happen only once the conversation no longer fits, or when documents are
+in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cascade_cli.paging import catalog as docs
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.plan import QUOTE_ROOM, Plan, Quote, Request, Turn, plan
+from cascade_cli.session.pages import Page
+from cascade_cli.session.template import Template
+
+
+@dataclass
+class Layout:
+    """Pages in window order, labels of recalled chunks by key, and the plan behind them."""
+
+    pages: list[Page]
+    labels: dict[str, str] = field(default_factory=dict)
+    plan: Plan = field(default_factory=Plan)
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.n for p in self.pages)
+
+
+def frames(tpl: Template, documents: Sequence[docs.Document]) -> dict[str, tuple[list[int], ...]]:
+    """Template tokens around each document's excerpts (decoded when placed, never stored)."""
+    return {
+        d.owner: (
+            tpl.special(tpl.user_open) + tpl.plain(f"Excerpts from the document {d.name}:\n\n"),
+            tpl.special(tpl.user_close),
+        )
+        for d in documents
+    }
+
+
+def note(tpl: Template, quotes: Sequence[Quote], room: int = QUOTE_ROOM) -> Page | None:
+    """A short system note quoting the recalled passages, placed before the message: the
+    recalled chunks keep their place in conversation order, and a small model that would not
+    copy a fact across thousands of tokens reads it again next to the question. Transient:
+    decoded wherever it is placed, never stored or kept. At most `room` tokens."""
+    if not quotes:
+        return None
+    head = tpl.special(tpl.sys_open)
+    tail = tpl.special(tpl.sys_close)
+    lines = [
+        (f"From {q.label}: " if q.label else "Said earlier: ") + " ".join(q.text.split())
+        for q in quotes
+    ]
+    body = tpl.plain("\n".join(lines))[: max(0, room - len(head) - len(tail))]
+    tokens = head + body + tail
+    digest = hashlib.sha1(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:16]
+    return Page(f"quote:{digest}", tokens, transient=True)
+
+
+def lay_out(
+    lib: Library,
+    tpl: Template,
+    *,
+    window: int,
+    system: Page,
+    history: Sequence[tuple[Turn, Page]],
+    tail: int,
+    query: str,
+    documents: Sequence[docs.Document] = (),
+    page_of: Callable[[str], Page],
+    labels: Mapping[str, str] | None = None,
+) -> Layout:
+    """The window for the next message: `history` (oldest first, each piece with its page),
+    `tail` tokens decoded after the layout (the message's open end and the reply's reserve).
+    `page_of` gives a document chunk's page; `labels` names the conversation's pieces."""
+    around = frames(tpl, documents)
+    sources = [lib.source(d, sum(len(t) for t in around[d.owner])) for d in documents]
+    req = Request(
+        window=window, head=system.n, tail=tail, query=query, mode=lib.settings.recall,
+        history=[t for t, _ in history], sources=sources, order="document",
+    )  # fmt: skip
+    laid = plan(lib.recall, req)
+    by_key = {t.key: p for t, p in history}
+    key_of = {(t.owner, t.index): t.key for t, _ in history}
+    names = {d.owner: d.name for d in documents}
+    out = Layout([system], plan=laid)
+    for owner, idx in laid.recalled:  # documents first, each in its frame; then the turns
+        if owner in around:
+            opening, closing = around[owner]
+            if not out.pages[-1].key.startswith(f"{owner}:"):
+                out.pages.append(Page(f"frame:{owner}:open", opening))
+            page = page_of(f"{owner}:{idx}")
+            out.pages.append(page)
+            out.labels[page.key] = f"{names[owner]} chunk {idx}"
+            nxt = laid.recalled.index((owner, idx)) + 1
+            if nxt >= len(laid.recalled) or laid.recalled[nxt][0] != owner:
+                out.pages.append(Page(f"frame:{owner}:close", closing))
+        else:
+            key = key_of[(owner, idx)]
+            out.pages.append(by_key[key])
+            out.labels[key] = (labels or {}).get(key, key)
+    done = [t for t in laid.kept if not t.current]
+    out.pages += [by_key[t.key] for t in done]
+    quote = note(tpl, laid.quotes, laid.quote_room)
+    if quote is not None:
+        out.pages.append(quote)
+    out.pages += [by_key[t.key] for t in laid.kept if t.current]
+    return out
