@@ -232,10 +232,10 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     passage quoted before the question (--quote POLICY: tops, agree, off): an ablation of the quote."""
     from cascade_cli.config import Settings
     from cascade_cli.engine import Context, Model
+    from cascade_cli.paging import plan
     from cascade_cli.paging.library import Library
     from cascade_cli.prompts.service import PromptService
     from cascade_cli.prompts.types import Message, Params
-    from cascade_cli.paging import plan
 
     plan.QUOTE = args.quote
     where = ROOT / "bench" / ".work" / "serve-locker"

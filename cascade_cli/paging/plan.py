@@ -14,7 +14,10 @@ recalled and in which order, and which passages are quoted right before the ques
   conversation takes only strong hits (a method ranked it first, or both found it), at most
   MAX_RECALLED;
 - quotes: the QUOTE policy over the chosen hits, in at most QUOTE_TOKENS tokens;
-- a chunk the store cannot serve (evicted by the disk budget) is skipped with a note.
+- a chunk the store cannot serve (evicted by the disk budget) is skipped with a note;
+- the message being answered (a long one's stored blocks, `current`) stays whole when it fits
+  the window at all, taking the share recall and the quote would have had; `cut` counts its
+  blocks that do not fit (chat pages them out, recallable; the server refuses the request).
 """
 
 from __future__ import annotations
@@ -124,6 +127,8 @@ class Request:
     neighbors: int = 1
     order: str = ORDER
     quote: str = ""  # a QUOTES policy; '': QUOTE
+    #: called with the turns that did not stay, before recall searches them (to index them)
+    prepare: Callable[[list[Turn]], None] | None = None
 
 
 @dataclass
@@ -160,9 +165,16 @@ def plan(recall: Recall, req: Request) -> Plan:
     policy = req.quote or QUOTE
     room = QUOTE_ROOM if policy != "off" else 0
     share = int(req.window * RECALL_SHARE) if req.sources or history else 0
-    n = fit_recent([t.n for t in history], free - room - share)
+    sizes_h = [t.n for t in history]
+    n = fit_recent(sizes_h, free - room - share)
+    current = sum(1 for t in history if t.current)  # the message being answered: last
+    if n < current:  # it outgrows the recent share: it takes the window, recall what is left
+        room = 0
+        n = fit_recent(sizes_h[len(history) - current :], free)
     older, kept = history[: len(history) - n], history[len(history) - n :]
-    out = Plan(kept=list(kept), cut=sum(1 for t in older if t.current))
+    out = Plan(kept=list(kept), cut=max(0, current - n))
+    if req.prepare is not None and older:
+        req.prepare(list(older))
     sizes = _sizes(req, older, out.notes)
     t0 = time.perf_counter()
     if sizes:

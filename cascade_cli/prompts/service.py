@@ -202,13 +202,14 @@ class PromptService(Replier):
         placed = self.pages.apply(target, room=room, stop=run.stop)
         run.decoded += placed.decoded
 
-    def _index(self, pages: list[Page], blocks: list[Block]) -> None:
-        """Index the finished turns among `pages` (with their `blocks`) for recall, once each."""
-        owners = {p.meta.owner for p in pages if p.meta is not None}
-        done = {o: self.lib.recall.indexed(o) for o in owners}
-        for p, b in zip(pages, blocks, strict=True):
-            if p.meta is not None and b.text and p.meta.index not in done[p.meta.owner]:
-                self.lib.recall.index(p.meta.owner, p.meta.index, b.text)
+    def _index(self, turns: list[Turn], blocks: dict[str, Block]) -> None:
+        """Index the finished turns among `turns` for recall (their `blocks` by key), once
+        each: those that leave the window, before recall searches them."""
+        done = {o: self.lib.recall.indexed(o) for o in {t.owner for t in turns}}
+        for t in turns:
+            text = blocks[t.key].text
+            if text and t.index not in done[t.owner]:
+                self.lib.recall.index(t.owner, t.index, text)
 
     def _lay_out(
         self,
@@ -225,7 +226,7 @@ class PromptService(Replier):
         recalled and the best passages quoted before the new message. A new message that does
         not fit its share of the window is refused (400 context_length_exceeded), never cut."""
         system, rest = pages[0], pages[1:]
-        self._index(rest, blocks[1:])
+        block_of = {p.key: b for p, b in zip(rest, blocks[1:], strict=True)}
         history = [
             (Turn(p.key, p.n, p.meta.owner, p.meta.index, i >= len(rest) - opened), p)
             for i, p in enumerate(rest)
@@ -234,6 +235,7 @@ class PromptService(Replier):
         laid = lay_out(
             self.lib, self.tpl, window=self.window, system=system, history=history,
             tail=need + reserve, query=question, page_of=self._page_of,
+            prepare=lambda older: self._index(older, block_of),
         )  # fmt: skip
         if laid.plan.cut:
             size = sum(p.n for t, p in history if t.current) + need

@@ -79,15 +79,17 @@ def lay_out(
     documents: Sequence[docs.Document] = (),
     page_of: Callable[[str], Page],
     labels: Mapping[str, str] | None = None,
+    prepare: Callable[[list[Turn]], None] | None = None,
 ) -> Layout:
     """The window for the next message: `history` (oldest first, each piece with its page),
     `tail` tokens decoded after the layout (the message's open end and the reply's reserve).
-    `page_of` gives a document chunk's page; `labels` names the conversation's pieces."""
+    `page_of` gives a document chunk's page; `labels` names the conversation's pieces;
+    `prepare` is given the pieces that leave the window before recall searches them."""
     around = frames(tpl, documents)
     sources = [lib.source(d, sum(len(t) for t in around[d.owner])) for d in documents]
     req = Request(
         window=window, head=system.n, tail=tail, query=query, mode=lib.settings.recall,
-        history=[t for t, _ in history], sources=sources, order="document",
+        history=[t for t, _ in history], sources=sources, order="document", prepare=prepare,
     )  # fmt: skip
     laid = plan(lib.recall, req)
     by_key = {t.key: p for t, p in history}

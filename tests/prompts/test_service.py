@@ -173,7 +173,11 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         reply = svc.chat(_msgs(*convo), GREEDY)
         reply.text()
         t = reply.result.timings
-        assert t.prompt_tokens > 2 * window  # no 400: served by paging
+        said = sum(len(svc.tpl.user(text)) for _, text in convo)  # with each turn's frame
+        assert said > 1.5 * window  # no 400: served by paging
+        # usage is what the model saw: the window's pages and the message, not the transcript
+        assert t.prompt_tokens + t.predicted_n <= window < said
+        assert t.cache_n == t.prompt_tokens - t.prompt_n
         first_turn = svc.pages.layout[1]
         assert "4417" in svc.model.detokenize(first_turn.tokens)
         assert first_turn.key in reply.result.recalled
@@ -183,11 +187,12 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         misses = lib.disk.stats.pending()[0].get(("window", "misses"), 0)
         again = svc.chat(_msgs(*convo), GREEDY)
         again.text()
-        assert again.result.timings.prompt_n == len(svc.tpl.user(convo[-1][1]))
+        quoted = sum(p.n for p in svc.pages.layout if p.transient)  # decoded each time
+        assert again.result.timings.prompt_n == len(svc.tpl.user(convo[-1][1])) + quoted
         # the same passage quoted again does not unsettle the window (nothing restored)
         assert lib.disk.stats.pending()[0].get(("window", "misses"), 0) - misses <= 1
-        # a last message longer than the recent turns' share: its earlier blocks are paged
-        # out (recallable), and no quote is put between parts of it
+        # a last message longer than the recent turns' share takes the window (recall and the
+        # quote get what is left): no quote is put between parts of it
         pasted = "The tide rose over the harbour wall and the boats knocked together. " * 20
         long_ask = [*convo[:-1], ("user", pasted + "What is my locker code?")]
         reply = svc.chat(_msgs(*long_ask), GREEDY)
@@ -195,8 +200,11 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         assert not any(k.startswith("quote:") for k in svc.pages.keys)
         turn = svc.tpl.user(long_ask[-1][1]) + svc.tpl.plain(answer) + svc.tpl.close()
         window_tokens = [t for p in svc.pages.layout for t in p.tokens]
-        end = len(turn) - svc.block  # all but the message's first block, which may be out
-        assert window_tokens[-end:] == turn[-end:]
+        assert window_tokens[-len(turn) :] == turn  # the whole message, never a silent cut
+        # a last message the window cannot hold beside the system prompt and the reply: refused
+        huge = [*convo[:-1], ("user", pasted * 3 + "What is my locker code?")]
+        with pytest.raises(ContextFullError, match="the last message is"):
+            svc.chat(_msgs(*huge), GREEDY)
 
 
 def test_message_text_is_never_parsed_as_special_tokens(home: Path, ctx: Context) -> None:
