@@ -81,3 +81,27 @@ def test_recall_includes_needle_chunk(
         assert len(frame(ctx.model).prefix) + BLOCK * len(chosen) + len(q) + 16 <= WINDOW
         assert hits <= set(chosen), (mode, chosen, hits)
         assert chosen[-1] in hits, (mode, chosen)  # the best hit sits nearest the question
+
+
+def test_a_whitespace_only_chunk_is_indexed_once(
+    ctx: Context, lib: Library, home: Path, tmp_path: Path
+) -> None:
+    """A chunk whose text splits into no passages (whitespace only) is indexed as empty, once:
+    it was re-indexed on every `ask` (with the "(once…)" notice) and reported by `verify`."""
+    from cascade_cli.paging.ask import AskResult, ask
+    from cascade_cli.paging.verify import check
+
+    text = write_text(tmp_path / "a.txt", 1500).read_text(encoding="utf-8")
+    src = tmp_path / "gap.txt"
+    src.write_text(text + " \n" * 400 + text, encoding="utf-8")  # a blank run of ≥ 2 blocks
+    doc = run_ingest(ctx, lib, src, "gap")
+    lib.recall.flush()
+    have = {r[0] for r in passage_rows(home, doc.id)}
+    assert len(have) < doc.chunks  # some chunk holds nothing to find
+    for _ in range(2):
+        notes: list[str] = []
+        result = AskResult(doc="gap")
+        list(ask(ctx, lib, doc, "Who is Sir Walter?", result, window=WINDOW, max_tokens=4,
+                 notice=notes.append))  # fmt: skip
+        assert not [n for n in notes if "once" in n], notes
+    assert not check(lib.disk).damaged

@@ -1,0 +1,92 @@
+"""The planner's layout under chat: recalled turns recomputed into a gap, documents whose chunks
+the disk budget evicted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context, Model
+from cascade_cli.paging.ingest import ingest
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.verify import check
+from cascade_cli.session.chat import ChatSession
+from tests.paging.helpers import NEEDLE, write_text
+
+WINDOW = 1024
+GREEDY = {"temperature": 0.0, "max_tokens": 16}
+
+
+@pytest.fixture()
+def ctx(model: object) -> Iterator[Context]:
+    with Context(cast(Model, model), WINDOW + 256, 4, 256, 1) as c:
+        yield c
+
+
+def _lib(home: Path, ctx: Context) -> Library:
+    cfg = Settings(gpu_cache_size=WINDOW, block_size=128, disk_cache_path=home / "store", threads=1)
+    return Library(cfg, ctx, any_model=True)
+
+
+def _say(chat: ChatSession, text: str) -> str:
+    reply = "".join(chat.send(text))
+    chat.sync()
+    return reply
+
+
+def test_a_recalled_turn_recomputed_into_a_gap_is_saved_where_verify_expects_it(
+    home: Path, ctx: Context
+) -> None:
+    """A recalled chunk the store lost is recomputed at the window's end and moved into the gap
+    before the recent turns; it used to be saved as if computed at the gap (pos = the gap's
+    start), so `verify` called it damaged and `--repair` deleted a healthy chunk."""
+    with _lib(home, ctx) as lib:
+        chat = ChatSession(ctx, lib, "gap", overrides=GREEDY)
+        _say(chat, "My locker code is 4417. Please remember it.")
+        text = write_text(home / "sample.txt", 9000).read_text(encoding="utf-8")
+        paras = [p.replace("\n", " ") for p in text.split("\n\n") if len(p) > 300]
+        for p in paras[:7]:
+            _say(chat, f"Here is a paragraph: {p[:600]} Summarize it in one sentence.")
+        key = chat.s.key(1)
+        assert key not in chat.pages.keys  # turn 1 left the window
+        lib.disk.delete(key)  # the store lost it: recall must recompute it
+        _say(chat, "What is my locker code? Answer with the number only.")
+        assert "turn 1" in chat.last.recalled and key in chat.pages.keys
+        assert chat.pages.at[key] < chat.pages.win.end - chat.pages.layout[-1].n  # in a gap
+        lib.pager.flush()
+        assert lib.disk.exists(key)  # saved back
+        report = check(lib.disk)
+        assert not report.damaged, report.damaged
+        chat.close()
+
+
+def test_chat_with_a_document_skips_a_chunk_the_disk_budget_evicted(
+    home: Path, ctx: Context, tmp_path: Path
+) -> None:
+    """`chat --doc` whose recall hits an evicted chunk answers, with a note, instead of failing
+    every message with "no chunk 'doc:…' in store"."""
+    notes: list[str] = []
+    with _lib(home, ctx) as lib:
+        src = write_text(tmp_path / "needle.txt", 6000, needle=NEEDLE)
+        doc = ingest(ctx, lib, src, "needle", "utf-8", lambda s: None)
+        lib.pager.flush()
+        rows = lib.conn.execute(
+            "SELECT p.chunk FROM recall_passages p JOIN recall_corpora c ON c.id = p.corpus"
+            " WHERE c.owner = ? AND p.text LIKE '%48213%'",
+            (doc.owner,),
+        ).fetchall()
+        (hit,) = {r[0] for r in rows}
+        lib.disk._delete("key = ?", (doc.chunk_key(hit),), evicting=True)  # as the budget does
+        assert doc.chunk_key(hit) in lib.disk.evicted(doc.owner)
+        chat = ChatSession(
+            ctx, lib, "reader", overrides=GREEDY, documents=[doc], notify=notes.append
+        )
+        assert _say(chat, "What is the pass key?").strip()
+        assert doc.chunk_key(hit) not in chat.pages.keys
+        assert any("evicted by the disk budget" in n and "'needle'" in n for n in notes), notes
+        assert any(k.startswith(f"{doc.owner}:") for k in chat.pages.keys)  # others recalled
+        chat.close()
