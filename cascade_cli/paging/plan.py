@@ -85,6 +85,13 @@ def fit_recent(sizes: Sequence[int], room: int) -> int:
     return n
 
 
+def staying(sizes: Sequence[int], window: int, head: int, tail: int, quoting: bool = True) -> int:
+    """How many of the newest pieces (token counts, oldest first) stay in the window once the
+    conversation does not fit: those that leave RECALL_SHARE of it (and the quote's room) free."""
+    room = QUOTE_ROOM if quoting else 0
+    return fit_recent(sizes, window - head - tail - room - int(window * RECALL_SHARE))
+
+
 @dataclass(frozen=True)
 class Turn:
     """A stored piece of the conversation: a chat turn's chunk or an API request's block."""
@@ -164,9 +171,8 @@ def plan(recall: Recall, req: Request) -> Plan:
         return Plan(kept=list(history))  # the whole conversation fits: nothing to recall
     policy = req.quote or QUOTE
     room = QUOTE_ROOM if policy != "off" else 0
-    share = int(req.window * RECALL_SHARE) if req.sources or history else 0
     sizes_h = [t.n for t in history]
-    n = fit_recent(sizes_h, free - room - share)
+    n = staying(sizes_h, req.window, req.head, req.tail, room > 0)
     current = sum(1 for t in history if t.current)  # the message being answered: last
     if n < current:  # it outgrows the recent share: it takes the window, recall what is left
         room = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from cascade_cli.paging.plan import RECALL_SHARE, fit_recent
+from cascade_cli.paging.plan import staying
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.state import SessionState
@@ -87,8 +87,7 @@ def rechunk(chat: SessionState, system: list[int], reason: str | None) -> None:
     chat.s.model = chat.model.path.name
     chat.s.scheme = chat.lib.settings.compression
     chat.s.tokens = total - len(system)
-    room = chat.window - chat.reserve - len(system) - int(chat.window * RECALL_SHARE)
-    n = fit_recent([len(c.tokens) for c in chunks[1:]], room)  # the planner's rule
+    n = staying([len(c.tokens) for c in chunks[1:]], chat.window, len(system), chat.reserve)
     recent = [chat.s.key(c.idx) for c in chunks[len(chunks) - n :]] if n else []
     chat.s.layout = [chat.s.key(0), *recent]
     with chat.lib.disk.transaction() as conn:

@@ -53,7 +53,7 @@ def test_a_conversation_sharing_the_first_exchange_recalls_only_its_own_turns(
         theirs = _conversation(
             ("user", "My locker code is 9051. My locker code, the locker code: 9051, locker code.")
         )
-        svc.chat(theirs[:-1] + [Message("user", "Thanks.")], GREEDY).text()
+        svc.chat([*theirs[:-1], Message("user", "Thanks.")], GREEDY).text()
         ours = _conversation(("user", "My locker code is 4417. Please remember it."))
         reply = svc.chat(ours, GREEDY)
         reply.text()
