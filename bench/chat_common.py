@@ -17,6 +17,18 @@ MODEL = Path(
 )
 WORK = ROOT / "bench" / ".work"
 TEXT = ROOT / "bench" / "data" / "emma.txt"
+#: The locker benchmarks' questions (direct, paraphrase): 'tuned' — the wordings the quote
+#: policy and format were chosen on; 'held' — written before any run and only ever reported.
+WORDINGS = {
+    "tuned": (
+        "What is my locker code? Answer with the number only.",
+        "Which number did I ask you to remember for my locker? Reply with just the number.",
+    ),
+    "held": (
+        "What's my locker code? Reply with only the digits.",
+        "Earlier I gave you a number to keep for my locker. What was that number? Digits only.",
+    ),
+}
 
 
 def home(name: str) -> Path:

@@ -25,10 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import chat, env, filler, home  # noqa: E402
+from bench.chat_common import TEXT, WORDINGS, chat, env, filler, home  # noqa: E402
 
-DIRECT = "What is my locker code? Answer with the number only."
-PARAPHRASE = "Which number did I ask you to remember for my locker? Reply with just the number."
+DIRECT, PARAPHRASE = WORDINGS["tuned"]
 
 
 def tokens(where: Path, session: str) -> int:
@@ -52,10 +51,12 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--windows", type=float, default=3.0)
     ap.add_argument("--control", type=int, default=3)
+    ap.add_argument("--text", type=Path, default=TEXT, help="the filler's text")
+    ap.add_argument("--wording", default="tuned", choices=list(WORDINGS))
     args = ap.parse_args()
     flags = ["--gpu-cache-size", str(args.window), "--temperature", "0", "--max-tokens", "32"]
     rng = random.Random(9)
-    where = home("chat-memory")
+    where = home("chat-memory" if args.text == TEXT else f"chat-memory-{args.text.stem}")
     print("| trial | code | later tokens | processes | direct | recalled | paraphrase |"
           " recalled |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
@@ -63,7 +64,7 @@ def main() -> None:
     for trial in range(args.trials):
         code = str(rng.randrange(1000, 10000))
         name = f"t{trial}"
-        talk = filler(200, seed=100 + trial, chars=2600)
+        talk = filler(200, seed=100 + trial, chars=2600, source=args.text)
         chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
         first = tokens(where, name)
         target = first + args.windows * args.window
@@ -74,11 +75,12 @@ def main() -> None:
             sent += per_process
             procs += 1
         later = tokens(where, name) - first
-        copy = where.parent / "chat-memory-copy"
+        copy = where.parent / f"{where.name}-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(where, copy, symlinks=True)
-        direct, r1 = ask(where, name, DIRECT, flags)
-        para, r2 = ask(copy, name, PARAPHRASE, flags)
+        direct_q, para_q = WORDINGS[args.wording]
+        direct, r1 = ask(where, name, direct_q, flags)
+        para, r2 = ask(copy, name, para_q, flags)
         ok1, ok2 = code in direct, code in para
         hits["direct"] += ok1
         hits["paraphrase"] += ok2

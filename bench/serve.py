@@ -38,13 +38,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import MODEL, TEXT, filler, home  # noqa: E402
+from bench.chat_common import MODEL, TEXT, WORDINGS, filler, home  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 #: clients: the concurrent run's RSS peak may exceed the one-at-a-time run's by this much.
 RSS_SLACK = 0.15
-DIRECT = "What is my locker code? Answer with the number only."
-PARAPHRASE = "Which number did I ask you to remember for my locker? Reply with just the number."
 
 
 def _port() -> int:
@@ -211,10 +209,13 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
                 msgs.append({"role": "user", "content": text})
                 last = stream(s.url, msgs, 32)
                 msgs.append({"role": "assistant", "content": last["text"]})
-                later = last["usage"]["prompt_tokens"] - 60
+                # ≈ tokens after turn 1 (usage counts only what the window held)
+                later = int(sum(len(m["content"]) for m in msgs[3:]) / 4.2)
             saved.append({"code": code, "messages": msgs})
             row: dict[str, Any] = {"trial": trial, "code": code, "later_tokens": later}
-            for name, question in (("direct", DIRECT), ("paraphrase", PARAPHRASE)):
+            for name, question in zip(
+                ("direct", "paraphrase"), WORDINGS[args.wording], strict=True
+            ):
                 answer = stream(s.url, [*msgs, {"role": "user", "content": question}], 16)
                 row[name] = _said(code, answer["text"])
                 row[f"{name}_answer"] = answer["text"].strip()[:60]
@@ -254,7 +255,9 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         svc = PromptService(ctx, lib)
         for trial in saved:
             row: dict[str, Any] = {"code": trial["code"]}
-            for name, question in (("direct", DIRECT), ("paraphrase", PARAPHRASE)):
+            for name, question in zip(
+                ("direct", "paraphrase"), WORDINGS[args.wording], strict=True
+            ):
                 msgs = [Message(x["role"], x["content"]) for x in trial["messages"]]
                 reply = svc.chat(
                     [*msgs, Message("user", question)], Params(max_tokens=16, temperature=0.0)
@@ -352,6 +355,7 @@ def main() -> None:
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
     ap.add_argument("--quote", default="tops", choices=["tops", "agree", "off"])
     ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
+    ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--windows", type=float, default=3)
