@@ -156,7 +156,8 @@ class Library:
         decode = _Decode(rope, v_trans=not ctx.flash_attn)
         self.remote: RemoteLink | None = None
         try:
-            self.remote = link_for(self, layout())  # the shared tier below disk, if set
+            # the shared tier below disk, if set
+            self.remote = link_for(self.settings, ctx, self.disk, layout())
         except BaseException:
             self.disk.close()
             raise

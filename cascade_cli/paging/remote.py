@@ -24,18 +24,16 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cascade_cli.config import Settings
+from cascade_cli.engine import Context, Model
 from cascade_cli.errors import CorruptChunkError, NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.prompt import frame
-from cascade_cli.store import ChunkMeta, register_migrations
+from cascade_cli.store import ChunkMeta, DiskStore, register_migrations
 from cascade_cli.store.remote import Record, RemoteTier
-
-if TYPE_CHECKING:
-    from cascade_cli.paging.library import Library
 
 log = logging.getLogger("cascade.remote")
 
@@ -111,10 +109,10 @@ def doc_key(key: str) -> tuple[int, int] | None:
 class RemoteLink:
     """Maps store keys to addresses and moves chunks between the pager and the remote tier."""
 
-    def __init__(self, lib: Library, tier: RemoteTier) -> None:
-        self.lib = lib
+    def __init__(self, disk: DiskStore, model: Model, tier: RemoteTier) -> None:
+        self.disk = disk
         self.tier = tier
-        self.prefix = frame(lib.ctx.model).prefix
+        self.prefix = frame(model).prefix
         self._lock = threading.Lock()
         self._chains: dict[tuple[int, float], list[str]] = {}  # (doc id, created) -> addresses
         self.addressers: dict[str, Addresser] = {"doc:": self._doc, "sink:": _sink}
@@ -140,8 +138,8 @@ class RemoteLink:
         ids = doc_key(key)
         if ids is None:
             return None
-        with self.lib.disk.lock:
-            doc = catalog.by_id(self.lib.disk.conn, ids[0])
+        with self.disk.lock:
+            doc = catalog.by_id(self.disk.conn, ids[0])
         return self.chain(doc, ids[1], meta)
 
     def chain(self, doc: catalog.Document, idx: int, meta: ChunkMeta | None = None) -> str | None:
@@ -160,15 +158,15 @@ class RemoteLink:
     def record(self, doc: catalog.Document, idx: int) -> ChunkMeta | None:
         """Chunk ``idx`` of ``doc``: its disk record, else its remote one, else None."""
         try:
-            return self.lib.disk.meta(doc.chunk_key(idx))
+            return self.disk.meta(doc.chunk_key(idx))
         except (NotFoundError, CorruptChunkError):
             return self.held(doc, idx)
 
     def held(self, doc: catalog.Document, idx: int) -> ChunkMeta | None:
         """The record of chunk ``idx`` of ``doc`` held only by the remote tier, or None."""
         key = doc.chunk_key(idx)
-        with self.lib.disk.lock:
-            row = self.lib.disk.conn.execute(
+        with self.disk.lock:
+            row = self.disk.conn.execute(
                 "SELECT idx, tok_start, tok_end, tokens, pos, scheme FROM remote_chunks"
                 " WHERE key = ? AND stamp = ?",
                 (key, doc.created),
@@ -180,7 +178,7 @@ class RemoteLink:
 
     def remember(self, doc: catalog.Document, metas: list[ChunkMeta], addresses: list[str]) -> None:
         """Record chunks of ``doc`` as fetchable from the remote tier (caller commits)."""
-        with self.lib.disk.transaction() as conn:
+        with self.disk.transaction() as conn:
             conn.execute("DELETE FROM remote_chunks WHERE owner = ? AND stamp != ?",
                          (doc.owner, doc.created))  # fmt: skip
             conn.executemany(
@@ -195,7 +193,7 @@ class RemoteLink:
 
     def forget(self, owner: str) -> None:
         """Drop the remote records of a removed document."""
-        with self.lib.disk.transaction() as conn:
+        with self.disk.transaction() as conn:
             conn.execute("DELETE FROM remote_chunks WHERE owner = ?", (owner,))
 
     # ---- the pager's source ------------------------------------------------------------------
@@ -230,8 +228,8 @@ class RemoteLink:
         ids = doc_key(key)
         if ids is None:
             return None
-        with self.lib.disk.lock:
-            doc = catalog.by_id(self.lib.disk.conn, ids[0])
+        with self.disk.lock:
+            doc = catalog.by_id(self.disk.conn, ids[0])
         return self.record(doc, ids[1])
 
     def publish(self, meta: ChunkMeta, payload: bytes) -> None:
@@ -277,16 +275,15 @@ def _sink(key: str, meta: ChunkMeta | None) -> str:
     return digest("sink", key)
 
 
-def link_for(lib: Library, layout: dict[str, tuple[str, ...]]) -> RemoteLink | None:
+def link_for(
+    cfg: Settings, ctx: Context, disk: DiskStore, layout: dict[str, tuple[str, ...]]
+) -> RemoteLink | None:
     """The remote source the settings ask for (None when no remote cache URL is set)."""
-    cfg = lib.settings
     if not cfg.remote_cache_url:
         return None
     tier = RemoteTier(
-        cfg.remote_cache_url,
-        namespace(lib.ctx.fingerprint(), layout),
-        lib.disk.stats,
+        cfg.remote_cache_url, namespace(ctx.fingerprint(), layout), disk.stats,
         ttl=cfg.remote_cache_ttl,
-    )
+    )  # fmt: skip
     tier.ping()  # warns once, now, when Redis is not there
-    return RemoteLink(lib, tier)
+    return RemoteLink(disk, ctx.model, tier)

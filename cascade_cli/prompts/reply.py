@@ -17,10 +17,11 @@ from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import ContextFullError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
+from cascade_cli.prompts.blocks import Blocks
 from cascade_cli.prompts.render import Block, finished_turn
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Params, Reply, Result, Stop
-from cascade_cli.session.pages import Page, Pages
+from cascade_cli.session.pages import Pages
 from cascade_cli.session.template import Template
 
 log = logging.getLogger("cascade_cli.prompts.service")
@@ -48,9 +49,7 @@ class Replier:
     window: int
     block: int
     pages: Pages
-
-    def _pages(self, blocks: list[Block], root: str | None = None) -> list[Page]:
-        raise NotImplementedError  # the service's: pages (stored or new) for the blocks
+    blocks: Blocks
 
     def _reply(
         self,
@@ -164,7 +163,7 @@ class Replier:
             self.pages.win.truncate(self.pages.end)
             return
         new = finished_turn(self.tpl, run.fingerprint, blocks, turn, canon, text, self.block)
-        pages = self._pages(new, root=blocks[1].hash if len(blocks) > 1 else new[0].hash)
+        pages = self.blocks.pages(new, root=blocks[1].hash if len(blocks) > 1 else new[0].hash)
         for page in pages:
             self.pages.append(page, start)
             start += page.n

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import QUOTE_ROOM, Turn, block_for, reserve
-from cascade_cli.paging.remote import digest
-from cascade_cli.prompts import cache, catalog
+from cascade_cli.prompts import catalog
+from cascade_cli.prompts.blocks import Blocks
 from cascade_cli.prompts.render import (
     Block,
     address,
@@ -39,7 +37,6 @@ from cascade_cli.session.layout import lay_out
 from cascade_cli.session.pages import Page, Pages
 from cascade_cli.session.state import DEFAULTS
 from cascade_cli.session.template import template
-from cascade_cli.store import ChunkMeta
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +67,10 @@ class PromptService(Replier):
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
         self.block = block_for(lib.settings.block_size, self.window)
-        self.cache_budget = lib.settings.api_cache_budget
+        self.blocks = Blocks(lib, self.pages, lib.settings.api_cache_budget)
         self._since_trim = 0
         if lib.remote is not None:  # prompt blocks are shared through the remote tier
-            lib.remote.register(catalog.PREFIX, self._address)
+            lib.remote.register(catalog.PREFIX, self.blocks.address)
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -93,7 +90,7 @@ class PromptService(Replier):
                 f"in the {self.window}-token window",
                 "Shorten the system prompt or lower max_tokens.",
             )
-        pages = self._pages(blocks)
+        pages = self.blocks.pages(blocks)
         opened = len(cut(open_turn, self.block)) - 1  # the open turn's full blocks (at the end)
         save = open_turn == self.tpl.user(question) if question else False
         try:
@@ -125,7 +122,7 @@ class PromptService(Replier):
         for piece in pieces:
             parent = address(run.fingerprint, parent, piece)
             blocks.append(Block(parent, piece, "", 1))
-        pages = self._pages(blocks, root=blocks[0].hash if blocks else "")
+        pages = self.blocks.pages(blocks, root=blocks[0].hash if blocks else "")
         run.prompt_tokens = len(tokens)
         try:
             self._apply(run, pages, len(tail) + reserve)
@@ -133,14 +130,6 @@ class PromptService(Replier):
         except BaseException:
             self.pages.reset()
             raise
-
-    def _address(self, key: str, meta: ChunkMeta | None) -> str | None:
-        """A stored block's remote address: its chain hash and the compression it is kept in."""
-        owner, _, idx = key.rpartition(":")
-        with self.lib.disk.lock:
-            block = catalog.hash_of(self.lib.disk.conn, owner, int(idx)) if idx.isdigit() else None
-        scheme = meta.scheme if meta is not None else self.lib.settings.compression
-        return None if block is None else digest("api", scheme, block)
 
     # ---- layout ----------------------------------------------------------------------------
 
@@ -156,60 +145,18 @@ class PromptService(Replier):
         return run
 
     def trim(self) -> None:
-        """Keep the stored blocks within api_cache_budget (prompts/cache.py), never dropping
-        one the window holds."""
+        """Keep the stored blocks within api_cache_budget (blocks.py)."""
         self._since_trim = 0
-        if not self.cache_budget or self.lib.disk.mode != "write":
-            return
-        self.lib.pager.flush()  # nothing queued for a block about to go
-        self.lib.recall.flush()  # nor embeddings for its passages
-        self.lib.disk.flush()  # access times, for least recently used
-        keep = {p.key for p in self.pages.layout}
-        removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep)
-        for key in removed:  # their exact states leave the RAM tier too
-            self.lib.ram.pop(key)
-        if removed:
-            log.debug("api cache: %d block(s) removed, %d bytes freed", len(removed), freed)
+        self.blocks.trim()
 
     def _reserve(self, params: Params) -> int:
         """The planner's rule; the reply's closing tokens and FIX_ROOM come after it."""
         wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
         return reserve(wanted, self.window, len(self.tpl.close()) + FIX_ROOM)
 
-    def _pages(self, blocks: list[Block], root: str | None = None) -> list[Page]:
-        """Pages for the blocks, numbering blocks seen for the first time in their owner."""
-        if not blocks:
-            return []
-        if root is None:  # a chat: the system prompt is its own root, the rest the first turn's
-            root = blocks[1].hash if len(blocks) > 1 else blocks[0].hash
-        owners = [catalog.owner_for(b.hash if b.turn == 0 else root) for b in blocks]
-        with self.lib.disk.transaction() as conn:
-            rows = catalog.lookup(conn, [b.hash for b in blocks])
-            new = [(b.hash, o) for b, o in zip(blocks, owners, strict=True) if b.hash not in rows]
-            rows.update(catalog.add(conn, new))
-        scheme = self.lib.settings.compression
-        pages = []
-        for b in blocks:
-            r = rows[b.hash]
-            meta = ChunkMeta(
-                key=r.key, owner=r.owner, index=r.idx, start=0, end=len(b.tokens),
-                tokens=np.asarray(b.tokens, dtype=np.int32), scheme=scheme,
-            )  # fmt: skip
-            pages.append(Page(r.key, b.tokens, meta))
-        return pages
-
     def _apply(self, run: Run, target: list[Page], room: int) -> None:
         placed = self.pages.apply(target, room=room, stop=run.stop)
         run.decoded += placed.decoded
-
-    def _index(self, turns: list[Turn], blocks: dict[str, Block]) -> None:
-        """Index the finished turns among `turns` for recall (their `blocks` by key), once
-        each: those that leave the window, before recall searches them."""
-        done = {o: self.lib.recall.indexed(o) for o in {t.owner for t in turns}}
-        for t in turns:
-            text = blocks[t.key].text
-            if text and t.index not in done[t.owner]:
-                self.lib.recall.index(t.owner, t.index, text)
 
     def _lay_out(
         self,
@@ -235,7 +182,7 @@ class PromptService(Replier):
         laid = lay_out(
             self.lib, self.tpl, window=self.window, system=system, history=history,
             tail=need + reserve, query=question, page_of=self._page_of,
-            prepare=lambda older: self._index(older, block_of),
+            prepare=lambda older: self.blocks.index(older, block_of),
         )  # fmt: skip
         if laid.plan.cut:
             size = sum(p.n for t, p in history if t.current) + need

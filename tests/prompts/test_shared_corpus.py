@@ -59,7 +59,7 @@ def test_a_conversation_sharing_the_first_exchange_recalls_only_its_own_turns(
         reply.text()
         owner = {p.meta.owner for p in svc.pages.layout if p.meta is not None and p.meta.index}
         assert len(owner) == 1  # one shared corpus
-        mine = svc._pages(_blocks(svc, ours))
+        mine = svc.blocks.pages(_blocks(svc, ours))
         keys = {p.key for p in mine}
         assert reply.result.recalled and set(reply.result.recalled) <= keys
         note = next(p for p in svc.pages.layout if p.key.startswith("quote:"))
