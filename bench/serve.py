@@ -14,7 +14,7 @@ the code's digits are in the answer. The client resends the growing messages lis
 clients: --clients conversations of --requests turns each, all clients at once (threads), then
 the same requests one at a time on a fresh store; greedy answers compared, server RSS sampled;
 exits 1 when the concurrent run's RSS peak is more than 15 % above the one-at-a-time run's.
-All runs: window 4096 (the default), threads from CASCADE_THREADS (default 2).
+All runs: window 4096 (the default; --window for locker and replay), threads from CASCADE_THREADS (default 2).
 """
 
 from __future__ import annotations
@@ -191,10 +191,10 @@ def _said(code: str, text: str) -> bool:
 def locker(args: argparse.Namespace) -> dict[str, Any]:
     where = home("serve-locker" if args.text == TEXT else f"serve-locker-{args.text.stem}")
     rng = random.Random(7)
-    window = 4096
+    window = args.window
     results = []
     saved = []
-    with serving(where) as s:
+    with serving(where, "--gpu-cache-size", str(window)) as s:
         for trial in range(args.trials):
             code = str(rng.randint(1000, 9999))
             msgs = [
@@ -244,7 +244,9 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     model = next((where / "models").glob("SmolLM2*.gguf"))
     embed = next((where / "models").glob("all-MiniLM*.gguf"))
     cfg = Settings(
-        disk_cache_path=where / "store", threads=int(os.environ.get("CASCADE_THREADS", "2"))
+        disk_cache_path=where / "store",
+        threads=int(os.environ.get("CASCADE_THREADS", "2")),
+        gpu_cache_size=args.window,
     )
     rows = []
     with (
@@ -359,6 +361,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--windows", type=float, default=3)
+    ap.add_argument("--window", type=int, default=4096, help="locker, replay: the window")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=10)
     args = ap.parse_args()
