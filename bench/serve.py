@@ -356,6 +356,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
     ap.add_argument("--quote", default="tops", choices=["tops", "agree", "off"])
+    ap.add_argument("--note", default="system", choices=["system", "user"], help="replay")
     ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")
     ap.add_argument("--tokens", type=int, default=3000)
@@ -367,7 +368,7 @@ def main() -> None:
     args = ap.parse_args()
     jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
     result = jobs[args.what](args)
-    tag = f"-quote-{args.quote}" if args.what == "replay" else ""
+    tag = f"-quote-{args.quote}-{args.note}-{args.wording}" if args.what == "replay" else ""
     if args.what == "locker" and args.text != TEXT:
         tag = f"-{args.text.stem}"
     out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"

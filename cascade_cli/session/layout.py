@@ -48,15 +48,23 @@ def frames(tpl: Template, documents: Sequence[docs.Document]) -> dict[str, tuple
     }
 
 
+#: The role of the quote note: 'system' (a system message) or 'user' (a user message of its own,
+#: right before the question's). See BENCHMARKS.md, "one planner", for how they measured.
+NOTE_ROLE = "system"
+
+
 def note(tpl: Template, quotes: Sequence[Quote], room: int = QUOTE_ROOM) -> Page | None:
-    """A short system note quoting the recalled passages, placed before the message: the
-    recalled chunks keep their place in conversation order, and a small model that would not
-    copy a fact across thousands of tokens reads it again next to the question. Transient:
-    decoded wherever it is placed, never stored or kept. At most `room` tokens."""
+    """A short note quoting the recalled passages, placed before the message: the recalled
+    chunks keep their place in conversation order, and a small model that would not copy a
+    fact across thousands of tokens reads it again next to the question. Transient: decoded
+    wherever it is placed, never stored or kept. At most `room` tokens."""
     if not quotes:
         return None
-    head = tpl.special(tpl.sys_open)
-    tail = tpl.special(tpl.sys_close)
+    if NOTE_ROLE == "user":
+        head = tpl.special(tpl.user_open) + tpl.plain("Earlier in this conversation:\n")
+        tail = tpl.special(tpl.user_close)
+    else:
+        head, tail = tpl.special(tpl.sys_open), tpl.special(tpl.sys_close)
     lines = [
         (f"From {q.label}: " if q.label else "Said earlier: ") + " ".join(q.text.split())
         for q in quotes
