@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from cascade_cli.errors import ContextFullError
+from cascade_cli.errors import ContextFullError, NotFoundError
 from cascade_cli.recall import Hit, Recall, fill
 from cascade_cli.recall.select import RRF_K, to_quote
 
@@ -193,10 +193,16 @@ def plan(recall: Recall, req: Request) -> Plan:
     chosen = _choose(req, hits, sizes, budget)
     if req.fill and room and not chosen:  # quotes never cost the last chunk's room
         room, chosen = 0, _choose(req, hits, sizes, budget + QUOTE_ROOM)
+    if req.fill and not sizes:
+        listed = ", ".join(f"'{s.name}'" for s in req.sources)
+        raise NotFoundError(
+            f"no chunk of {listed} is left in the store (evicted by the disk budget)",
+            "Run `cascade ingest` on the file again: it recomputes the missing chunks.",
+        )
     if req.fill and not chosen:
         raise ContextFullError(
-            f"a {req.window}-token window has no room for a chunk after the prompt, the "
-            f"question and the reply's {req.tail} tokens",
+            f"a {req.window}-token window has no room for a chunk after the prompt "
+            f"({req.head} tokens), the question and the answer ({req.tail} tokens)",
             "Raise --gpu-cache-size or lower --max-tokens.",
         )
     out.recalled = _arrange(req, chosen)
