@@ -355,7 +355,7 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
-    ap.add_argument("--quote", default="tops", choices=["tops", "agree", "off"])
+    ap.add_argument("--quote", default="tops", choices=["tops", "best", "agree", "off"])
     ap.add_argument("--note", default="system", choices=["system", "user"], help="replay")
     ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")

@@ -47,7 +47,8 @@ def ask_cmd(
         typer.Option(
             "--quote",
             help="Recalled passages quoted again right before the question: agree (the best "
-            "hit's, when every recall method ranked it first), tops (each method's first), off.",
+            "hit's, when every recall method ranked it first), best (the best hit's, when any "
+            "method ranked it first), tops (each method's first), off.",
         ),
     ] = QUOTE,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,

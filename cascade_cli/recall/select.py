@@ -77,15 +77,17 @@ def agreed(hits: Sequence[Hit], methods: int) -> bool:
     return bool(hits) and len(hits[0].tops) >= methods
 
 
-#: Quote policies: 'agree' — the best hit, when every recall method ranked it first; 'tops' —
-#: each method's first hit; 'off'.
-QUOTES = ("agree", "tops", "off")
+#: Quote policies: 'agree' — the best hit, when every recall method ranked it first; 'best' —
+#: the best hit, when any method ranked it first; 'tops' — each method's first hit; 'off'.
+QUOTES = ("agree", "best", "tops", "off")
 
 
 def to_quote(hits: Sequence[Hit], policy: str, methods: int) -> list[Hit]:
     """The hits whose best passages `policy` quotes (`methods`: rankings the search fused)."""
     if policy == "agree":
         return list(hits[:1]) if agreed(hits, methods) else []
+    if policy == "best":
+        return list(hits[:1]) if hits and hits[0].tops else []
     if policy == "tops":
         return [h for h in hits if h.tops]
     return []
