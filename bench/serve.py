@@ -239,7 +239,12 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     from cascade_cli.prompts.types import Message, Params
 
     plan.QUOTE = args.quote
-    where = ROOT / "bench" / ".work" / "serve-locker"
+    where = (
+        ROOT
+        / "bench"
+        / ".work"
+        / ("serve-locker" if args.text == TEXT else f"serve-locker-{args.text.stem}")
+    )
     saved = json.loads((where / "conversations.json").read_text())
     model = next((where / "models").glob("SmolLM2*.gguf"))
     embed = next((where / "models").glob("all-MiniLM*.gguf"))
@@ -357,7 +362,7 @@ def main() -> None:
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
     ap.add_argument("--quote", default="tops", choices=["tops", "best", "agree", "off"])
     ap.add_argument("--note", default="system", choices=["system", "user"], help="replay")
-    ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
+    ap.add_argument("--text", type=Path, default=TEXT, help="locker, replay: the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
@@ -369,8 +374,8 @@ def main() -> None:
     jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
     result = jobs[args.what](args)
     tag = f"-quote-{args.quote}-{args.note}-{args.wording}" if args.what == "replay" else ""
-    if args.what == "locker" and args.text != TEXT:
-        tag = f"-{args.text.stem}"
+    if args.text != TEXT:
+        tag = f"-{args.text.stem}{tag}"
     out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"
     out.write_text(json.dumps(result, indent=1, default=str))
     if args.what == "clients" and not result["rss_ok"]:
