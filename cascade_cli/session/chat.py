@@ -122,7 +122,7 @@ class ChatSession:
                 catalog.update(conn, row)
             self.s: Session = row
             self.chunks = {c.idx: c for c in catalog.chunks(conn, row)}
-        self.sampler = Sampler(self.sampling)
+        self.sampler = Sampler(self.sampling, ctx.model)
         open_window(self, fp)
 
     # ---- settings ---------------------------------------------------------------------------
@@ -140,6 +140,7 @@ class ChatSession:
             top_p=float(st["top_p"]),
             seed=0xFFFFFFFF if st["seed"] is None else int(st["seed"]),
             repeat_penalty=float(st["repeat_penalty"]),
+            guard=self.lib.settings.repeat_guard,
         )
 
     @property
