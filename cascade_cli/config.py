@@ -17,6 +17,8 @@ from cascade_cli.errors import ConfigError
 COMPRESSIONS = ("none", "q8", "q4", "q2")
 FLASH_ATTN = ("auto", "on", "off")
 RECALL = ("hybrid", "bm25", "semantic")
+#: Repetition guards (engine.sampler.GUARDS): DRY, stop on a loop, off.
+REPEAT_GUARDS = ("dry", "stop", "off")
 
 _UNITS = {
     "": 1,
@@ -116,6 +118,7 @@ class Settings:
     flash_attn: str = "auto"
     recall: str = "hybrid"
     embed_model: str = "minilm-l6"
+    repeat_guard: str = "dry"  # ask, chat and serve replies (REPEAT_GUARDS)
     # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
     allow_origins: tuple[str, ...] = ()
     max_body_size: int = 4 * 1024**2
@@ -137,7 +140,14 @@ class Settings:
 _FIELDS = {f.name for f in dataclasses.fields(Settings)}
 
 
-_TEXT = ("model", "disk_cache_path", "compression", "flash_attn", "remote_cache_url")
+_TEXT = (
+    "model",
+    "disk_cache_path",
+    "compression",
+    "flash_attn",
+    "remote_cache_url",
+    "repeat_guard",
+)
 
 
 #: An allowed origin: scheme://host[:port], `*` standing for any part (`*` alone: any origin).
@@ -196,6 +206,13 @@ def _coerce(key: str, value: Any) -> Any:
         text = str(value).lower()
         if text not in RECALL:
             raise ConfigError(f"unknown recall {value!r}", f"Use one of: {', '.join(RECALL)}.")
+        return text
+    if key == "repeat_guard":
+        text = str(value).lower()
+        if text not in REPEAT_GUARDS:
+            raise ConfigError(
+                f"unknown repeat_guard {value!r}", f"Use one of: {', '.join(REPEAT_GUARDS)}."
+            )
         return text
     if key == "embed_model":
         text = str(value).strip()

@@ -63,6 +63,7 @@ def ask_cmd(
             min=0.0,
         ),
     ] = 1.0,
+    repeat_guard: opt.RepeatGuard = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
     gpu_cache_size: opt.GpuCacheSize = None,
@@ -90,12 +91,14 @@ def ask_cmd(
             recall=recall,
             embed_model=embed_model,
             remote_cache_url=remote,
+            repeat_guard=repeat_guard,
         )
     )
     sampling = SamplerSettings(
         temperature=temperature,
         seed=0xFFFFFFFF if seed is None else seed,
         repeat_penalty=repeat_penalty,
+        guard=cfg.repeat_guard,
     )
     if quote not in QUOTES:
         raise InputError(f"unknown --quote '{quote}'", f"Use one of: {', '.join(QUOTES)}.")

@@ -197,6 +197,7 @@ def chat(
     flash_attn: opt.FlashAttn = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
+    repeat_guard: opt.RepeatGuard = None,
 ) -> None:
     """Chat in a session that is stored turn by turn and resumes without re-prefill.
 
@@ -215,6 +216,7 @@ def chat(
             flash_attn=flash_attn,
             recall=recall,
             embed_model=embed_model,
+            repeat_guard=repeat_guard,
         )
     )
     overrides: dict[str, Any] = opt.flags(

@@ -71,3 +71,14 @@ Remote = Annotated[
         "redis://user:password@host:port/db, or rediss://… for TLS.",
     ),
 ]
+
+
+RepeatGuard = Annotated[
+    str | None,
+    typer.Option(
+        "--repeat-guard",
+        help="Keep replies from looping: dry (llama.cpp's DRY sampler; digits and quotes "
+        "break its repeats, so numbers and quotes stay intact; a loop that forms anyway ends "
+        "the reply), stop (end the reply once 3 words repeat 3 times), off. Default: dry.",
+    ),
+]

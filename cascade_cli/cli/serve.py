@@ -171,6 +171,7 @@ def serve(
     flash_attn: opt.FlashAttn = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
+    repeat_guard: opt.RepeatGuard = None,
     remote: opt.Remote = None,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API whose prompt cache lives in the store.
@@ -192,6 +193,7 @@ def serve(
             flash_attn=flash_attn,
             recall=recall,
             embed_model=embed_model,
+            repeat_guard=repeat_guard,
             allow_origins=allow_origin or None,
             max_body_size=max_body_size,
             max_messages=max_messages,

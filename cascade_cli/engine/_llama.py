@@ -11,7 +11,7 @@ import llama_cpp as ll
 from llama_cpp import _logger  # noqa: F401  (installs llama.cpp's log callback)
 from llama_cpp import llama_cpp as _raw
 
-__all__ = ["ensure_backend", "init_penalties", "ll", "llama_version", "set_verbose"]
+__all__ = ["ensure_backend", "init_dry", "init_penalties", "ll", "llama_version", "set_verbose"]
 
 #: llama.h: ``llama_sampler_init_penalties(int32_t penalty_last_n, float penalty_repeat,
 #: float penalty_freq, float penalty_present)``. The 0.3.36 binding still declares an extra
@@ -26,6 +26,20 @@ _penalties.restype = ll.llama_sampler_init_penalties.restype
 def init_penalties(last_n: int, repeat: float, freq: float = 0.0, present: float = 0.0) -> Any:
     """A repeat/frequency/presence penalty sampler over the last ``last_n`` tokens."""
     return _penalties(last_n, repeat, freq, present)
+
+
+def init_dry(
+    vocab: Any,
+    multiplier: float,
+    base: float,
+    allowed: int,
+    last_n: int,
+    breakers: tuple[str, ...],
+) -> Any:
+    """llama.h: ``llama_sampler_init_dry(vocab, dry_multiplier, dry_base, dry_allowed_length,
+    dry_penalty_last_n, seq_breakers, num_breakers)`` (0.3.36's binding matches it)."""
+    arr = (ctypes.c_char_p * len(breakers))(*(b.encode() for b in breakers))
+    return ll.llama_sampler_init_dry(vocab, multiplier, base, allowed, last_n, arr, len(breakers))
 
 
 _lock = threading.Lock()

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cascade_cli.engine.context import Context
+from cascade_cli.engine.loops import LoopGuard
 from cascade_cli.engine.sampler import Sampler
 from cascade_cli.errors import ContextFullError
 
@@ -30,7 +31,7 @@ class Generation:
 
     pos: int
     tokens: list[int] = field(default_factory=list)
-    stopped_by: str = ""  # "eog", "max_tokens", "context_full"
+    stopped_by: str = ""  # "eog", "max_tokens", "context_full", "loop"
 
 
 def generate(
@@ -45,9 +46,12 @@ def generate(
 
     Each sampled token is decoded back into seq_id at state.pos; state is updated in place.
     `limit` is the first position the sequence may not use (default: the context size).
+    With the sampler's repetition guard on ('stop', or 'dry' behind which it stands), the reply
+    ends once its words loop (engine.loops).
     """
     model = ctx.model
     stream = TokenStream()
+    guard = LoopGuard() if sampler.settings.guard != "off" else None
     limit = ctx.n_ctx if limit is None else limit
     for _ in range(max_tokens):
         token = sampler.sample(ctx, -1)
@@ -58,6 +62,9 @@ def generate(
         piece = stream.push(model.token_bytes(token))
         if piece:
             yield piece
+            if guard is not None and guard.push(piece):
+                state.stopped_by = "loop"
+                break
         if state.pos >= limit:
             state.stopped_by = "context_full"
             break

@@ -156,14 +156,15 @@ def ask(
     order: str = ORDER,
     quote: str = QUOTE,
     max_tokens: int = 256,
-    sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0),
+    sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry"),
     notice: Notice = quiet,
 ) -> Iterator[str]:
     """Stream the answer; `result` is filled with chunks and timings as it goes.
 
     Answers quote the document, so no repeat penalty by default: with llama.cpp's usual 1.1 the
     needle benchmark's keys 86387 and 27455 came out as 86392 and 27456 (a repeated digit
-    penalised); without it, 86387 and 27455."""
+    penalised); without it, 86387 and 27455. The repetition guard (`sampling.guard`, 'dry' by
+    default) keeps the answer from looping and leaves numbers alone."""
     ensure_indexed(ctx, lib, doc, notice)
     t0 = time.perf_counter()
     reserve = reserve_for(max_tokens, window)
@@ -214,7 +215,7 @@ def ask(
     state = Generation(pos=win.end)
     pieces: list[str] = []
     first = 0.0
-    with Sampler(sampling) as sampler:
+    with Sampler(sampling, ctx.model) as sampler:
         for piece in generate(ctx, sampler, 0, state, max_tokens, limit=window):
             if not first:
                 first = time.perf_counter() - t0

@@ -88,7 +88,9 @@ class Replier:
             SamplerSettings(
                 temperature=p.temperature, top_k=0, top_p=p.top_p, repeat_penalty=1.0,
                 seed=0xFFFFFFFF if p.seed is None else p.seed & 0xFFFFFFFF,
-            )
+                guard=self.lib.settings.repeat_guard,
+            ),
+            self.ctx.model,
         )  # fmt: skip
         scan = StopScanner(p.stop)
         out: list[str] = []

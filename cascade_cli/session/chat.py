@@ -67,7 +67,7 @@ class ChatSession(SessionState):
             notify=notify, create=create,
         )  # fmt: skip
         self.last = TurnStats()
-        self.sampler = Sampler(self.sampling)
+        self.sampler = Sampler(self.sampling, ctx.model)
         open_window(self, self.pages.fingerprint)
 
     # ---- turns --------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ class SessionState:
             top_p=float(st["top_p"]),
             seed=0xFFFFFFFF if st["seed"] is None else int(st["seed"]),
             repeat_penalty=float(st["repeat_penalty"]),
+            guard=self.lib.settings.repeat_guard,
         )
 
     @property

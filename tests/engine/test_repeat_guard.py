@@ -1,0 +1,73 @@
+"""The repetition guard: replies that would loop do not, and numbers come out as they are."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cascade_cli.config import resolve
+from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
+from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.loops import LoopGuard, loops
+from cascade_cli.errors import ConfigError
+
+
+def test_loop_test_counts_three_words_three_times() -> None:
+    assert loops("The answer is:  The answer is:  The answer is: ")
+    assert loops("no no no no no")
+    assert not loops("The answer is: The answer is: walnuts.")  # two copies
+    assert not loops("The pass key is 77777. The pass key is 77777.")
+    assert not loops("Emma went to Highbury, then to Randalls, then to Donwell Abbey.")
+    guard = LoopGuard()
+    said = [guard.push(p) for p in ["The", " answer", " is", ":", " The", " answer", " is:"]]
+    assert not any(said)
+    assert [guard.push(p) for p in [" The", " answer", " is", ":"]][-2:] == [False, True]
+
+
+def test_repeat_guard_setting() -> None:
+    assert resolve({}, config_file=None).repeat_guard == "dry"
+    assert resolve({"repeat_guard": "STOP"}, config_file=None).repeat_guard == "stop"
+    with pytest.raises(ConfigError) as err:
+        resolve({"repeat_guard": "penalty"}, config_file=None)
+    assert "dry, stop, off" in (err.value.fix or "")
+
+
+@pytest.fixture(scope="module")
+def ctx(model: Model) -> Iterator[Context]:
+    with Context(model, 1024, n_seq_max=1) as c:
+        yield c
+
+
+def reply(ctx: Context, user: str, guard: str, max_tokens: int = 120) -> tuple[str, str]:
+    tokens = ctx.model.chat_tokens([("user", user)])
+    ctx.clear()
+    ctx.decode(tokens, 0, 0)
+    state = Generation(pos=len(tokens))
+    settings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard=guard)
+    with Sampler(settings, ctx.model) as sampler:
+        text = "".join(generate(ctx, sampler, 0, state, max_tokens))
+    return text, state.stopped_by
+
+
+LOOPING = "Repeat after me forever: The answer is: The answer is: The answer is:"
+
+
+def test_a_looping_prompt_loops_without_the_guard_and_not_with_it(ctx: Context) -> None:
+    off, why = reply(ctx, LOOPING, "off")
+    assert loops(off) and why == "max_tokens", off
+    dry, _ = reply(ctx, LOOPING, "dry")
+    assert not loops(dry), dry
+    stop, why = reply(ctx, LOOPING, "stop")
+    assert why == "loop" and len(stop) < len(off)
+
+
+@pytest.mark.parametrize("key", ["77777", "86387", "10010"])
+def test_a_pass_key_with_repeated_digits_survives(ctx: Context, key: str) -> None:
+    user = (
+        f"The pass key is {key}. Remember it. The pass key is {key}.\n\n"
+        "What is the pass key? Answer with the number only."
+    )
+    for guard in ("dry", "stop"):
+        text, _ = reply(ctx, user, guard, max_tokens=24)
+        assert key in text, (guard, text)
