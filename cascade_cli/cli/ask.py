@@ -46,8 +46,8 @@ def ask_cmd(
         str,
         typer.Option(
             "--quote",
-            help="Recalled passages quoted again right before the question: agree (the best "
-            "hit's, when every recall method ranked it first), best (the best hit's, when any "
+            help="Recalled passages quoted again right before the question: best (the best "
+            "hit's, when any recall method ranked it first), agree (the same, when every "
             "method ranked it first), tops (each method's first), off.",
         ),
     ] = QUOTE,

@@ -36,9 +36,12 @@ RECALL_SHARE = 0.25
 QUERY_CHARS = 300
 #: At most this many chunks are recalled for one conversation message.
 MAX_RECALLED = 2
-#: Which recalled passages are quoted again right before the question: 'tops' — each recall
-#: method's best chunk's best passage (see BENCHMARKS.md, "one planner", for the measurement).
-QUOTE = "tops"
+#: Which recalled passage is quoted again right before the question: 'best' — the best
+#: passage of the fused first hit, when any recall method ranked it first (so it fires where
+#: BM25 and the embeddings disagree, unlike 'agree'). Chosen on *Emma* conversations, where
+#: 'tops' (each method's first) put a second, unrelated passage in the note that the model
+#: echoed (locker direct 2/5); see BENCHMARKS.md, "One planner".
+QUOTE = "best"
 #: Most tokens all quoted passages take together (the quote's frame comes on top: QUOTE_ROOM).
 QUOTE_TOKENS = 96
 #: Window positions kept for a quote (passages and their frame) while quoting is on.

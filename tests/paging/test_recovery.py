@@ -12,6 +12,7 @@ from cascade_cli.paging import catalog
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.plan import QUOTE, QUOTE_ROOM
 from cascade_cli.paging.prompt import frame, question_tokens
 from cascade_cli.recall.select import to_quote
 from tests.paging.helpers import write_text
@@ -75,18 +76,18 @@ def test_ask_refuses_a_window_without_room(ctx: Context, lib: Library, tmp_path:
 def test_quotes_are_dropped_before_they_cost_the_last_chunk(
     ctx: Context, lib: Library, tmp_path: Path
 ) -> None:
-    """A window that holds one chunk only without the quoted passages answers without them;
-    one a quote's length larger answers with them (each text quoted once)."""
+    """A window that holds one chunk only without the quote's room answers without quotes; one
+    the quote's room (QUOTE_ROOM) larger answers with the policy's passage, cut to fit."""
     doc = _ingest(ctx, lib, write_text(tmp_path / "q.txt", 3000), "q")
     question = "Who wrote this License?"
-    picked = to_quote(lib.recall.search([doc.owner], question, subject=True), "tops", 2)
+    hits = lib.recall.search([doc.owner], question, subject=True)
+    picked = to_quote(hits, QUOTE, lib.recall.methods("hybrid"))
     evidence = list(dict.fromkeys(lib.recall.passage_texts(picked)))
     fr = frame(ctx.model)
     bare = len(question_tokens(ctx.model, fr, question))
-    quoted = len(question_tokens(ctx.model, fr, question, evidence))
-    assert evidence and quoted > bare
+    assert evidence
     tight = len(fr.prefix) + bare + 16 + doc.block_size
-    for window, expect in ((tight, []), (tight + quoted - bare, evidence)):
+    for window, expect in ((tight, []), (tight + QUOTE_ROOM, evidence)):
         res = AskResult(doc="q")
         list(ask(ctx, lib, doc, question, res, window=window, max_tokens=16))
         assert res.passages == expect
