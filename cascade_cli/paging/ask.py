@@ -13,11 +13,12 @@ from cascade_cli.errors import ContextFullError, NotFoundError, StoreError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.quotes import rerank_quote
 from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import fill
-from cascade_cli.recall.select import to_quote
+from cascade_cli.recall.select import Hit, to_quote
 from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
@@ -28,6 +29,10 @@ ORDER = "relevance"
 #: average; a sentence cut by a chunk edge is joined whole) decoded on every ask; quotes that
 #: would leave no room for a chunk are dropped.
 QUOTE = "tops"
+#: Whether the generator reranks the top hits' passages and quotes the best one instead of
+#: what the `quote` policy picked (recall.rerank; 'llm' or 'off'); the policy's quotes keep
+#: their room in the layout, and stay where nothing could be scored.
+RERANK = "llm"
 
 
 def quiet(message: str) -> None:
@@ -42,6 +47,8 @@ class AskResult:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     sink: dict[str, Any] = field(default_factory=dict)
     passages: list[str] = field(default_factory=list)
+    #: the passages the rerank step scored: chunk, passage, score, quoted, text
+    quotes: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     answer: str = ""
 
@@ -83,13 +90,17 @@ def plan(
     order: str = ORDER,
     quote: str = QUOTE,
     quoted: list[str] | None = None,
+    found: list[Hit] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(chunk indices to page in, in window order; question tokens) sized to fit the window
     with `reserve` left: the best distinct hits (at most `top_k` when > 0) and, where a hit's
     best passage touches its chunk's edge, up to `neighbors` chunks beyond it. The passages the
-    `quote` policy picks are quoted before the question (and appended to `quoted`)."""
+    `quote` policy picks are quoted before the question (and appended to `quoted`); `found`
+    receives the fused hits (the rerank step scores their passages)."""
     fr = frame(ctx.model)
     hits = lib.recall.search([doc.owner], question, mode, subject=True)
+    if found is not None:  # issue 20: rerank (paging.quotes) after the chunks are restored
+        found.extend(hits)
     picked = to_quote(hits, quote, lib.recall.methods(mode))
     evidence = list(dict.fromkeys(lib.recall.passage_texts(picked)))  # one text, quoted once
     q = question_tokens(ctx.model, fr, question, evidence)
@@ -194,6 +205,7 @@ def ask(
     neighbors: int = 1,
     order: str = ORDER,
     quote: str = QUOTE,
+    rerank: str = RERANK,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry"),
     notice: Notice = quiet,
@@ -209,9 +221,10 @@ def ask(
     reserve = min(max_tokens, 256)
     win = Window(ctx, window)
     t_recall = time.perf_counter()
+    hits: list[Hit] = []
     chosen, q = plan(
-        ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order, quote,
-        result.passages,
+        ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order,
+        quote, result.passages, hits,
     )  # fmt: skip
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
@@ -250,7 +263,10 @@ def ask(
     recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
-    win.append(q, logits="last")
+    if rerank == "llm":  # issue 20: the generator picks the quote from the restored chunks
+        placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True)]
+        room = window - win.end - reserve
+        q = rerank_quote(ctx, lib, win, hits, placed, question, q, room, result)
     state = Generation(pos=win.end)
     pieces: list[str] = []
     first = 0.0
@@ -274,5 +290,6 @@ def ask(
         "restored_tokens": restored,
         "prefill_tokens": len(q) + recomputed + (len(prefix) if sink_tier == "recomputed" else 0),
         "gen_tokens": len(state.tokens),
+        "rerank_s": result.timings.get("rerank_s", 0.0),
         "tokens_per_s": round(max(len(state.tokens) - 1, 0) / gen_time, 2),
     }
