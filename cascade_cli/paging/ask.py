@@ -267,6 +267,7 @@ def ask(
         placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True)]
         room = window - win.end - reserve
         q = rerank_quote(ctx, lib, win, hits, placed, question, q, room, result)
+    win.append(q, logits="last")
     state = Generation(pos=win.end)
     pieces: list[str] = []
     first = 0.0

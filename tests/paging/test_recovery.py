@@ -76,7 +76,8 @@ def test_quotes_are_dropped_before_they_cost_the_last_chunk(
     ctx: Context, lib: Library, tmp_path: Path
 ) -> None:
     """A window that holds one chunk only without the quoted passages answers without them;
-    one a quote's length larger answers with them (each text quoted once)."""
+    one a quote's length larger answers with them (each text quoted once); the rerank's quote
+    fits the same room or is not made."""
     doc = _ingest(ctx, lib, write_text(tmp_path / "q.txt", 3000), "q")
     question = "Who wrote this License?"
     picked = to_quote(lib.recall.search([doc.owner], question, subject=True), "tops", 2)
@@ -88,6 +89,10 @@ def test_quotes_are_dropped_before_they_cost_the_last_chunk(
     tight = len(fr.prefix) + bare + 16 + doc.block_size
     for window, expect in ((tight, []), (tight + quoted - bare, evidence)):
         res = AskResult(doc="q")
-        list(ask(ctx, lib, doc, question, res, window=window, max_tokens=16))
+        list(ask(ctx, lib, doc, question, res, window=window, max_tokens=16, rerank="off"))
         assert res.passages == expect
         assert len(res.chunks) == 1
+        reranked = AskResult(doc="q")  # the generator's one quote takes no more room than that
+        list(ask(ctx, lib, doc, question, reranked, window=window, max_tokens=16))
+        assert len(reranked.chunks) == 1 and len(reranked.passages) <= 1
+        assert not expect or reranked.quotes
