@@ -19,6 +19,8 @@ FLASH_ATTN = ("auto", "on", "off")
 RECALL = ("hybrid", "bm25", "semantic")
 #: Repetition guards (engine.sampler.GUARDS): DRY, stop on a loop, off.
 REPEAT_GUARDS = ("dry", "stop", "off")
+#: `ask`'s passage rerank (recall.rerank.RERANKS): the generator's query likelihood, or off.
+RERANKS = ("llm", "off")
 
 _UNITS = {
     "": 1,
@@ -119,6 +121,7 @@ class Settings:
     recall: str = "hybrid"
     embed_model: str = "minilm-l6"
     repeat_guard: str = "dry"  # ask, chat and serve replies (REPEAT_GUARDS)
+    rerank: str = "llm"  # ask: which recalled passage is quoted (RERANKS)
     # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
     allow_origins: tuple[str, ...] = ()
     max_body_size: int = 4 * 1024**2
@@ -147,6 +150,7 @@ _TEXT = (
     "flash_attn",
     "remote_cache_url",
     "repeat_guard",
+    "rerank",
 )
 
 
@@ -213,6 +217,11 @@ def _coerce(key: str, value: Any) -> Any:
             raise ConfigError(
                 f"unknown repeat_guard {value!r}", f"Use one of: {', '.join(REPEAT_GUARDS)}."
             )
+        return text
+    if key == "rerank":
+        text = str(value).lower()
+        if text not in RERANKS:
+            raise ConfigError(f"unknown rerank {value!r}", f"Use one of: {', '.join(RERANKS)}.")
         return text
     if key == "embed_model":
         text = str(value).strip()

@@ -63,6 +63,15 @@ def ask_cmd(
             min=0.0,
         ),
     ] = 1.0,
+    rerank: Annotated[
+        str | None,
+        typer.Option(
+            "--rerank",
+            help="Which recalled passage is quoted: llm (the generator scores the top hits' "
+            "passages by how likely it finds the question after each, from their restored KV; "
+            "the best is quoted) or off (the --quote policy). Default: the rerank setting, llm.",
+        ),
+    ] = None,
     repeat_guard: opt.RepeatGuard = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
@@ -92,6 +101,7 @@ def ask_cmd(
             embed_model=embed_model,
             remote_cache_url=remote,
             repeat_guard=repeat_guard,
+            rerank=rerank,
         )
     )
     sampling = SamplerSettings(
@@ -133,6 +143,7 @@ def ask_cmd(
             top_k=top_k,
             neighbors=neighbors,
             quote=quote,
+            rerank=cfg.rerank,
             max_tokens=max_tokens,
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),

@@ -57,6 +57,23 @@ class Batch:
         for i in range(n):
             self._seq_ptrs[i][0] = seq_id
 
+    def fill_rows(
+        self, tokens: Sequence[int], pos: Sequence[int], seqs: Sequence[int], want: Sequence[int]
+    ) -> None:
+        """Load tokens with their own positions and sequence ids (several sequences in one
+        decode); `want` lists batch rows that need logits."""
+        n = len(tokens)
+        raw = self.raw
+        raw.n_tokens = n
+        self.tokens[:n] = tokens
+        self.pos[:n] = pos
+        self.n_seq[:n] = 1
+        self.logits[:n] = 0
+        for i in want:
+            self.logits[i] = 1
+        for i, seq in enumerate(seqs):
+            self._seq_ptrs[i][0] = seq
+
     def close(self) -> None:
         if self._b is not None:
             ll.llama_batch_free(self._b)
@@ -177,6 +194,21 @@ class Context:
         if logits == "all":
             return np.stack(out) if out else np.empty((0, self.n_vocab), dtype=np.float32)
         return np.empty(0, dtype=np.float32)
+
+    def decode_rows(
+        self, tokens: Sequence[int], pos: Sequence[int], seqs: Sequence[int], want: Sequence[int]
+    ) -> None:
+        """One decode of tokens each with its own position and sequence (at most n_batch);
+        `want`: the batch rows whose logits logits_at reads afterwards."""
+        self._batch.fill_rows(tokens, pos, seqs, want)
+        rc = ll.llama_decode(self.handle, self._batch.raw)
+        if rc == 1:
+            raise ContextFullError(
+                f"the context window is full ({self.n_ctx} tokens)",
+                "Raise --gpu-cache-size.",
+            )
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc}")
 
     def logits_at(self, row: int) -> npt.NDArray[np.float32]:
         """A copy of the logits of one output row of the last decode (-1 = last)."""

@@ -16,12 +16,18 @@ from cascade_cli.paging.plan import ORDER, QUOTE, Request
 from cascade_cli.paging.plan import plan as layout
 from cascade_cli.paging.plan import reserve as reserve_for
 from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.quotes import rerank_quote
 from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
+from cascade_cli.recall.select import Hit
 from cascade_cli.store import ChunkMeta
 
 Notice = Callable[[str], None]
+#: Whether the generator reranks the top hits' passages and quotes the best one instead of
+#: what the `quote` policy picked (recall.rerank; 'llm' or 'off'); the policy's quotes keep
+#: their room in the layout, and stay where nothing could be scored.
+RERANK = "llm"
 
 
 def quiet(message: str) -> None:
@@ -36,6 +42,8 @@ class AskResult:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     sink: dict[str, Any] = field(default_factory=dict)
     passages: list[str] = field(default_factory=list)
+    #: the passages the rerank step scored: chunk, passage, score, quoted, text
+    quotes: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     answer: str = ""
 
@@ -78,10 +86,12 @@ def plan(
     quote: str = QUOTE,
     quoted: list[str] | None = None,
     notice: Notice = quiet,
+    found: list[Hit] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(chunk indices to page in, in window order; question tokens): the planner's layout
     (paging/plan.py) for a question about `doc`, with `reserve` positions left for the answer.
-    The quoted passages are appended to `quoted`."""
+    The quoted passages are appended to `quoted`; `found` receives the fused hits (the rerank
+    step scores their passages)."""
     fr = frame(ctx.model)
     bare = question_tokens(ctx.model, fr, question)
     req = Request(
@@ -92,6 +102,8 @@ def plan(
     laid = layout(lib.recall, req)
     for note in laid.notes:
         notice(note)
+    if found is not None:  # issue 20: rerank (paging.quotes) after the chunks are restored
+        found.extend(laid.hits)
     evidence = [q.text for q in laid.quotes]
     q = question_tokens(ctx.model, fr, question, evidence, len(bare) + laid.quote_room)
     if quoted is not None:
@@ -155,6 +167,7 @@ def ask(
     neighbors: int = 1,
     order: str = ORDER,
     quote: str = QUOTE,
+    rerank: str = RERANK,
     max_tokens: int = 256,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry"),
     notice: Notice = quiet,
@@ -170,9 +183,10 @@ def ask(
     reserve = reserve_for(max_tokens, window)
     win = Window(ctx, window)
     t_recall = time.perf_counter()
+    hits: list[Hit] = []
     chosen, q = plan(
         ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order, quote,
-        result.passages, notice,
+        result.passages, notice, hits,
     )  # fmt: skip
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
@@ -211,6 +225,10 @@ def ask(
     recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
+    if rerank == "llm":  # issue 20: the generator picks the quote from the restored chunks
+        placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True)]
+        room = window - win.end - reserve
+        q = rerank_quote(ctx, lib, win, hits, placed, question, q, room, result)
     win.append(q, logits="last")
     state = Generation(pos=win.end)
     pieces: list[str] = []
@@ -235,5 +253,6 @@ def ask(
         "restored_tokens": restored,
         "prefill_tokens": len(q) + recomputed + (len(prefix) if sink_tier == "recomputed" else 0),
         "gen_tokens": len(state.tokens),
+        "rerank_s": result.timings.get("rerank_s", 0.0),
         "tokens_per_s": round(max(len(state.tokens) - 1, 0) / gen_time, 2),
     }

@@ -2,6 +2,8 @@
 
 Every owner (a document version ``doc:<id>``, a chat session) is its own corpus with its own
 FTS5 table, so BM25's statistics never mix documents or versions and a query reads one corpus.
+FTS5 indexes each passage's searchable form (recall.scripts: Chinese, Japanese and Thai as
+character bigrams).
 Passages keep their chunk index and their character offset inside the chunk's text; their
 embeddings (f16, unit length) are filled in later by the write-back side and may be missing.
 """
@@ -17,13 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from cascade_cli.recall.passages import Passage
+from cascade_cli.recall.passages import Passage, split
+from cascade_cli.recall.scripts import searchable, unspaced
 from cascade_cli.store import register_migrations
 
 #: Owners that are documents (chunks of one continuous text), not conversations.
 DOCUMENT = "doc:"
 #: A sentence's end (closing quotes and brackets after it allowed).
-_ENDS = re.compile(r"[.!?][\"'”’)\]]*\s*$")
+_ENDS = re.compile(r"[.!?。！？][\"'”’)\]」』）]*\s*$")
 #: FTS5 tokenizer: Porter stemming over unicode61 (so "remembered" meets "remember").
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -72,9 +75,42 @@ def m005_empty_chunks(conn: sqlite3.Connection) -> None:
     )
 
 
+def m006_unspaced_scripts(conn: sqlite3.Connection) -> None:
+    """Chinese, Japanese and Thai passages indexed before recall knew scripts without spaces:
+    FTS5 held each run of such text as one token (no question matched it) and passages ran to
+    ~20 sentences (no 。！？ ends). Each chunk holding such text is split again from its
+    passages' text (their offsets give the gaps back; a gap of two or more characters becomes a
+    blank line) and indexed again, once; its passages' embeddings are made again on the next
+    search. Chunks of other text are not touched."""
+    for cid, owner in conn.execute("SELECT id, owner FROM recall_corpora").fetchall():
+        rows: dict[int, list[tuple[int, str]]] = {}
+        for chunk, start, text in conn.execute(
+            "SELECT chunk, start, text FROM recall_passages WHERE corpus = ? ORDER BY chunk, pidx",
+            (cid,),
+        ):
+            rows.setdefault(int(chunk), []).append((int(start), str(text)))
+        for chunk, parts in rows.items():
+            if not any(unspaced(t) for _, t in parts):
+                continue
+            base = parts[0][0]
+            text = ""
+            for start, part in parts:
+                gap = start - base - len(text)
+                text += ("\n\n" if gap >= 2 else " " * gap) + part
+            add(conn, str(owner), chunk, [Passage(base + p.start, p.text) for p in split(text)])
+        _bump(conn, int(cid))
+
+
 register_migrations(
     "recall",
-    [m001_corpora, m002_unembedded, m003_corpus_uid, m004_corpus_uid_filled, m005_empty_chunks],
+    [
+        m001_corpora,
+        m002_unembedded,
+        m003_corpus_uid,
+        m004_corpus_uid_filled,
+        m005_empty_chunks,
+        m006_unspaced_scripts,
+    ],
 )
 
 
@@ -141,7 +177,8 @@ def add(conn: sqlite3.Connection, owner: str, chunk: int, passages: Sequence[Pas
             (cid, chunk, i, p.start, p.text),
         )
         conn.execute(
-            f"INSERT INTO {table} (text, chunk, pidx) VALUES (?, ?, ?)", (p.text, chunk, i)
+            f"INSERT INTO {table} (text, chunk, pidx) VALUES (?, ?, ?)",
+            (searchable(p.text), chunk, i),
         )
 
 

@@ -5,11 +5,10 @@ topic word many times."""
 from __future__ import annotations
 
 import itertools
-import re
 import sqlite3
 from dataclasses import dataclass
 
-from cascade_cli.recall import index
+from cascade_cli.recall import index, scripts
 
 STOPWORDS = frozenset(
     [
@@ -76,8 +75,9 @@ STOPWORDS = frozenset(
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased words of a text, in order."""
-    return re.findall(r"\w+", text.lower())
+    """Lower-cased words of a text, in order; a run of Chinese, Japanese or Thai as its
+    character bigrams (what the index holds for it: recall.scripts)."""
+    return scripts.terms(text)
 
 
 def query_terms(text: str) -> list[str]:

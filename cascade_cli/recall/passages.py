@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cascade_cli.recall.scripts import RANGES
+
 #: Passage size in words (~1.3 tokens a word for English BPE): sentences are added while a
 #: passage stays within TARGET_WORDS; none exceeds MAX_WORDS (≲ 128 tokens).
 TARGET_WORDS = 20
@@ -12,9 +14,20 @@ MAX_WORDS = 90
 #: A passage shorter than this takes the next sentence if it stays within MAX_WORDS.
 MIN_WORDS = 8
 
-# A sentence ends at . ! ? (with closing quotes/brackets) before whitespace, or at a blank line.
-_SENTENCE = re.compile(r".*?(?:[.!?]+[\"'”’)\]]*(?=\s)|\n[ \t]*\n|\Z)", re.S)
-_WORD = re.compile(r"\S+")
+# A sentence ends at . ! ? (with closing quotes/brackets) before whitespace; at 。！？ (with
+# closing quotes/brackets; Chinese and Japanese put no space after them); at a space between
+# two Thai letters (Thai writes no sentence punctuation, a space ends a sentence or clause);
+# or at a blank line.
+_SENTENCE = re.compile(
+    r".*?(?:[.!?]+[\"'”’)\]]*(?=\s)"
+    r"|[。！？]+[\"'”’)\]」』）]*"
+    r"|[\u0e00-\u0e7f](?=[ \t]+[\u0e00-\u0e7f])"
+    r"|\n[ \t]*\n|\Z)",
+    re.S,
+)
+#: A word for passage sizes: a run of non-space characters, but each character of a script
+#: written without spaces (recall.scripts) counts as one (about one word's worth of tokens).
+_WORD = re.compile(f"[{RANGES}]|[^\\s{RANGES}]+")
 #: A transcript's speaker label (how sessions and the server index a turn's text): a passage
 #: never spans two speakers, so a quoted passage is one person's words.
 _SPEAKER = re.compile(r"\s*(?:User|Assistant|System):\s")
@@ -39,7 +52,8 @@ def _sentences(text: str) -> list[tuple[int, int]]:
 
 
 def _split_long(text: str, s: int, e: int) -> list[tuple[int, int]]:
-    """A sentence longer than MAX_WORDS cut at word boundaries."""
+    """A sentence longer than MAX_WORDS cut at word boundaries (any character of a script
+    without spaces is one)."""
     words = list(_WORD.finditer(text, s, e))
     out = []
     for i in range(0, len(words), MAX_WORDS):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.loops import LoopGuard, loops
 from cascade_cli.errors import ConfigError
+from tests.cli.helpers import assert_one_line_error, run_cli
 
 
 def test_loop_test_counts_three_words_three_times() -> None:
@@ -71,3 +73,14 @@ def test_a_pass_key_with_repeated_digits_survives(ctx: Context, key: str) -> Non
     for guard in ("dry", "stop"):
         text, _ = reply(ctx, user, guard, max_tokens=24)
         assert key in text, (guard, text)
+
+
+def test_flags_are_documented_and_checked(tmp_path: Path) -> None:
+    for cmd in ("ask", "chat", "serve"):
+        proc = run_cli([cmd, "--help"], tmp_path)
+        assert proc.returncode == 0 and "--repeat-guard" in proc.stdout, proc.stdout
+    assert "--rerank" in run_cli(["ask", "--help"], tmp_path).stdout
+    bad = run_cli(["ask", "doc", "question?", "--repeat-guard", "penalty"], tmp_path)
+    assert_one_line_error(bad, "repeat_guard")
+    bad = run_cli(["ask", "doc", "question?", "--rerank", "bm25"], tmp_path)
+    assert_one_line_error(bad, "rerank")

@@ -77,7 +77,8 @@ def test_quotes_are_dropped_before_they_cost_the_last_chunk(
     ctx: Context, lib: Library, tmp_path: Path
 ) -> None:
     """A window that holds one chunk only without the quote's room answers without quotes; one
-    the quote's room (QUOTE_ROOM) larger answers with the policy's passage, cut to fit."""
+    the quote's room (QUOTE_ROOM) larger answers with the policy's passage, cut to fit; the
+    rerank's quote fits the same room or is not made."""
     doc = _ingest(ctx, lib, write_text(tmp_path / "q.txt", 3000), "q")
     question = "Who wrote this License?"
     hits = lib.recall.search([doc.owner], question, subject=True)
@@ -89,6 +90,10 @@ def test_quotes_are_dropped_before_they_cost_the_last_chunk(
     tight = len(fr.prefix) + bare + 16 + doc.block_size
     for window, expect in ((tight, []), (tight + QUOTE_ROOM, evidence)):
         res = AskResult(doc="q")
-        list(ask(ctx, lib, doc, question, res, window=window, max_tokens=16))
+        list(ask(ctx, lib, doc, question, res, window=window, max_tokens=16, rerank="off"))
         assert res.passages == expect
         assert len(res.chunks) == 1
+        reranked = AskResult(doc="q")  # the generator's one quote takes no more room than that
+        list(ask(ctx, lib, doc, question, reranked, window=window, max_tokens=16))
+        assert len(reranked.chunks) == 1 and len(reranked.passages) <= 1
+        assert not expect or reranked.quotes

@@ -1,0 +1,57 @@
+"""`ask`'s rerank step (issue 20): after the chunks are restored, the generator scores the top
+hits' passages by query likelihood from the window's own KV (recall.rerank) and the best one is
+the passage quoted before the question. Kept apart from the planner so that one call moves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cascade_cli.engine import Context
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.window import WINDOW_SEQ, Window
+from cascade_cli.recall import rerank
+from cascade_cli.recall.select import Hit
+from cascade_cli.store import ChunkMeta
+
+
+def rerank_quote(
+    ctx: Context,
+    lib: Library,
+    win: Window,
+    hits: Sequence[Hit],
+    placed: Sequence[tuple[int, ChunkMeta, int]],
+    question: str,
+    q: list[int],
+    room: int,
+    result: Any,
+) -> list[int]:
+    """The question tokens to decode: quoting the best-scoring candidate passage where any was
+    scored and its quote fits `room` tokens (else `q` unchanged). `placed`: (chunk index, meta,
+    window position) of each restored chunk. Fills result.quotes and timings["rerank_s"]."""
+    t0 = time.perf_counter()
+    seqs = [s for s in range(ctx.n_seq_max) if s != WINDOW_SEQ]
+    by_chunk = {idx: (at, meta.tokens.tolist()) for idx, meta, at in placed}
+    cands = (
+        []
+        if ctx.layout == "iswa" or not seqs
+        else rerank.candidates(ctx, lib.recall, hits, by_chunk)
+    )
+    if cands:
+        sink = len(frame(ctx.model).prefix)
+        rerank.score(ctx, WINDOW_SEQ, sink, cands, question, seqs)
+        best = max(cands, key=lambda c: c.score)
+        (text,) = lib.recall.passage_texts([best.hit])
+        mine = question_tokens(ctx.model, frame(ctx.model), question, [text])
+        if len(mine) <= room:
+            q = mine
+            result.passages = [text]
+        result.quotes = [
+            {"chunk": c.hit.chunk, "passage": c.hit.passage, "score": round(c.score, 4),
+             "quoted": c is best and q is mine, "text": c.text}
+            for c in cands
+        ]  # fmt: skip
+    result.timings["rerank_s"] = round(time.perf_counter() - t0, 4)
+    return q

@@ -1,0 +1,122 @@
+"""Query-likelihood reranking (UPR, Sachan et al. 2022): a candidate passage is scored by the
+generator's own length-normalised log P(question | passage) — no training, no second model.
+
+The passages' chunks are already in the window when `ask` reranks, so a candidate is scored
+from that KV, not by prefilling its text: a scoring sequence shares (llama.cpp seq_cp, no copy)
+the window's attention-sink cells and the passage's own cells — those before and after it
+dropped, though a chunk's cells carry what ingest's sliding window saw before them — and decodes
+only a short cue and the question's tokens. Up to one candidate per free sequence is scored in
+each decode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cascade_cli.engine import Context
+from cascade_cli.engine.score import Job, mean_logprobs
+from cascade_cli.recall import index
+from cascade_cli.recall.select import Hit
+from cascade_cli.recall.service import Recall
+
+RERANKS = ("llm", "off")
+#: Candidates scored per ask: the best passage of each of the first N fused hits whose chunk
+#: is in the window (BENCHMARKS.md: chosen on Emma).
+N = 3
+#: What the question follows when scored (the scored tokens are the question's only).
+CUE = "\n\nQuestion:"
+
+
+@dataclass
+class Candidate:
+    """A passage to score: the hit it is the best passage of, its stored text, and its window
+    positions [start, end)."""
+
+    hit: Hit
+    text: str
+    start: int
+    end: int
+    score: float = field(default=-math.inf)
+
+
+def token_span(ctx: Context, tokens: Sequence[int], passage: str) -> tuple[int, int] | None:
+    """The tokens [start, end) of a chunk's `tokens` that hold `passage` (from the token its
+    first character is in through the one its last is in; None: the chunk's text does not
+    hold it)."""
+    pieces = [ctx.model.token_bytes(int(t)) for t in tokens]
+    text = b"".join(pieces).decode("utf-8", "replace")
+    at = text.find(passage)
+    if at < 0:
+        return None
+    first = len(text[:at].encode("utf-8"))
+    need = len(text[: at + len(passage)].encode("utf-8"))
+    start, total = -1, 0
+    for i, piece in enumerate(pieces):
+        total += len(piece)
+        if start < 0 and total > first:
+            start = i
+        if total >= need:
+            return start, i + 1
+    return max(start, 0), len(pieces)
+
+
+def candidates(
+    ctx: Context,
+    recall: Recall,
+    hits: Sequence[Hit],
+    placed: dict[int, tuple[int, Sequence[int]]],
+    n: int = N,
+) -> list[Candidate]:
+    """The best passage of each of the first `n` hits whose chunk is `placed` (chunk index →
+    (window position, token ids))."""
+    out: list[Candidate] = []
+    for hit in hits:
+        if len(out) >= n:
+            break
+        if hit.chunk not in placed:
+            continue
+        with recall.disk.lock:
+            row = index.passage(recall.disk.conn, hit.owner, hit.chunk, hit.passage)
+        if row is None:
+            continue
+        at, tokens = placed[hit.chunk]
+        span = token_span(ctx, tokens, row.text)
+        if span is not None:
+            out.append(Candidate(hit, row.text, at + span[0], at + span[1]))
+    return out
+
+
+def question_job(ctx: Context, question: str) -> tuple[list[int], int]:
+    """(cue and question tokens, how many lead in unscored)."""
+    cue = ctx.model.tokenize(CUE)
+    return ctx.model.tokenize(CUE + " " + " ".join(question.split())), len(cue)
+
+
+def score(
+    ctx: Context,
+    window_seq: int,
+    sink: int,
+    cands: Sequence[Candidate],
+    question: str,
+    seqs: Sequence[int],
+) -> None:
+    """Set each candidate's score: the mean log-probability of the question's tokens after the
+    sink (positions 0..sink) and the passage's cells, decoded in the free sequences `seqs`
+    (emptied again afterwards)."""
+    tokens, lead = question_job(ctx, question)
+    for first in range(0, len(cands), len(seqs)):
+        group = cands[first : first + len(seqs)]
+        jobs = []
+        try:
+            for seq, cand in zip(seqs, group, strict=False):
+                ctx.seq_rm(seq)
+                ctx.seq_cp(window_seq, seq, 0, sink)
+                ctx.seq_cp(window_seq, seq, cand.start, cand.end)
+                jobs.append(Job(seq, cand.end, tokens, lead))
+            for cand, value in zip(group, mean_logprobs(ctx, jobs), strict=True):
+                cand.score = value
+        finally:
+            for seq in seqs:
+                ctx.seq_rm(seq)

@@ -1,0 +1,66 @@
+"""Query-likelihood rerank (recall.rerank): scores from the window's KV equal those of a plain
+prefill of the same tokens, and `ask` quotes the passage the generator finds the question most
+likely after (real model, real store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cascade_cli.engine import Context
+from cascade_cli.engine.score import Job, mean_logprobs
+from cascade_cli.paging.ask import AskResult, ask
+from cascade_cli.paging.library import Library
+from cascade_cli.recall import rerank
+from cascade_cli.recall.select import Hit
+from tests.paging.helpers import NEEDLE, write_text
+from tests.paging.test_ingest_ask import run_ingest
+
+SINK = [1, 504, 3230, 28]  # any few tokens standing for the attention sink
+
+
+def test_kv_scores_equal_a_prefill_of_the_same_tokens(ctx: Context) -> None:
+    m = ctx.model
+    chunk = m.tokenize(" The garden was quiet. " + NEEDLE + " Then it rained all day long.")
+    other = m.tokenize(" The weather in Bath was fine, and everyone walked to the river.")
+    ctx.clear()
+    ctx.decode(SINK + chunk + other, 0, 0, logits="none")
+    at = len(SINK)
+    text = NEEDLE
+    span = rerank.token_span(ctx, chunk, text)
+    assert span is not None and m.detokenize(chunk[span[0] : span[1]]).strip() == text
+    start, end = span
+    hit = Hit("doc:1", 0, 0.0, 0, ("bm25",))
+    after = at + len(chunk)
+    cands = [
+        rerank.Candidate(hit, text, at + start, at + end),
+        rerank.Candidate(hit, "x", after, after + len(other)),
+    ]
+    rerank.score(ctx, 0, len(SINK), cands, "What is the pass key?", [1, 2])
+    assert ctx.pos_max(1) < 0 and ctx.pos_max(2) < 0  # scoring sequences emptied
+    q, lead = rerank.question_job(ctx, "What is the pass key?")
+    ctx.clear()
+    ctx.decode(SINK + chunk[:end], 0, 3, logits="none")
+    ctx.seq_rm(3, len(SINK), len(SINK) + start)  # the cells a scoring sequence is given
+    (plain,) = mean_logprobs(ctx, [Job(3, len(SINK) + end, q, lead)])
+    assert cands[0].score == pytest.approx(plain, abs=0.02)
+    assert cands[0].score > cands[1].score  # the pass key's passage explains the question best
+
+
+def test_ask_quotes_the_passage_the_generator_ranks_first(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    doc = run_ingest(ctx, lib, write_text(tmp_path / "n.txt", 7000, needle=NEEDLE), "n")
+    result = AskResult(doc="n")
+    answer = "".join(ask(ctx, lib, doc, "What is the pass key?", result, window=512, max_tokens=16))
+    assert "48213" in answer
+    assert result.quotes and result.timings["rerank_s"] > 0
+    best = max(result.quotes, key=lambda q: q["score"])
+    assert best["quoted"] and "48213" in best["text"]
+    assert result.passages and "48213" in result.passages[0]
+    assert all(q["score"] < 0 for q in result.quotes)
+    off = AskResult(doc="n")
+    "".join(ask(ctx, lib, doc, "What is the pass key?", off, window=512, max_tokens=16,
+                rerank="off"))  # fmt: skip
+    assert off.quotes == [] and off.timings["rerank_s"] == 0.0
