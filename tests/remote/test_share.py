@@ -81,10 +81,13 @@ def test_a_corrupted_value_is_never_served(
     for key in values:  # one byte of every payload changed
         raw.setrange(key, 64, b"\xaa")
     data = ask_json(b, "book", QUESTION, "--remote", url)
-    assert {c["tier"] for c in data["chunks"]} == {"recomputed"}
+    tiers = [c["tier"] for c in data["chunks"]]
+    # each chunk is recomputed, or (a chunk B recomputed and published again earlier in this
+    # ask, as another chunk's context) read back from Redis after passing its checksum
+    assert set(tiers) <= {"recomputed", "remote"} and "recomputed" in tiers, tiers
     assert data["sink"]["tier"] == "recomputed"
     assert data["answer"].strip()
-    assert stats_json(b)["tiers"]["remote"]["corrupt"] >= len(data["chunks"]) + 1
+    assert stats_json(b)["tiers"]["remote"]["corrupt"] >= tiers.count("recomputed") + 1
     # what failed was dropped, recomputed in its own context on B and published again: a
     # third machine asking the same finds them all in Redis
     c = make_home(tmp_path / "c", model_path, embed_model_path)
