@@ -121,7 +121,7 @@ class Settings:
     recall: str = "hybrid"
     embed_model: str = "minilm-l6"
     repeat_guard: str = "dry"  # ask, chat and serve replies (REPEAT_GUARDS)
-    rerank: str = "llm"  # ask: which recalled passage is quoted (RERANKS)
+    rerank: str = "off"  # ask: which recalled passage is quoted (RERANKS; BENCHMARKS: off)
     # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
     allow_origins: tuple[str, ...] = ()
     max_body_size: int = 4 * 1024**2

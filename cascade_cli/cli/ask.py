@@ -69,7 +69,7 @@ def ask_cmd(
             "--rerank",
             help="Which recalled passage is quoted: llm (the generator scores the top hits' "
             "passages by how likely it finds the question after each, from their restored KV; "
-            "the best is quoted) or off (the --quote policy). Default: the rerank setting, llm.",
+            "the best is quoted) or off (the --quote policy). Default: the rerank setting, off.",
         ),
     ] = None,
     repeat_guard: opt.RepeatGuard = None,

@@ -26,8 +26,10 @@ from cascade_cli.store import ChunkMeta
 Notice = Callable[[str], None]
 #: Whether the generator reranks the top hits' passages and quotes the best one instead of
 #: what the `quote` policy picked (recall.rerank; 'llm' or 'off'); the policy's quotes keep
-#: their room in the layout, and stay where nothing could be scored.
-RERANK = "llm"
+#: their room in the layout, and stay where nothing could be scored. Off by default: on held-out
+#: books it quoted the answer less often than `tops` (4 vs 6 of 37) and cost more than the rest
+#: of the ask (BENCHMARKS.md, issue 20).
+RERANK = "off"
 
 
 def quiet(message: str) -> None:

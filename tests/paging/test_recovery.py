@@ -95,6 +95,6 @@ def test_quotes_are_dropped_before_they_cost_the_last_chunk(
         assert res.passages == expect
         assert len(res.chunks) == 1
         reranked = AskResult(doc="q")  # the generator's one quote takes no more room than that
-        list(ask(ctx, lib, doc, question, reranked, window=window, max_tokens=16))
+        list(ask(ctx, lib, doc, question, reranked, window=window, max_tokens=16, rerank="llm"))
         assert len(reranked.chunks) == 1 and len(reranked.passages) <= 1
         assert not expect or reranked.quotes

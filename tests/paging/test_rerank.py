@@ -53,7 +53,9 @@ def test_ask_quotes_the_passage_the_generator_ranks_first(
 ) -> None:
     doc = run_ingest(ctx, lib, write_text(tmp_path / "n.txt", 7000, needle=NEEDLE), "n")
     result = AskResult(doc="n")
-    answer = "".join(ask(ctx, lib, doc, "What is the pass key?", result, window=512, max_tokens=16))
+    answer = "".join(
+        ask(ctx, lib, doc, "What is the pass key?", result, window=512, max_tokens=16, rerank="llm")
+    )
     assert "48213" in answer
     assert result.quotes and result.timings["rerank_s"] > 0
     best = max(result.quotes, key=lambda q: q["score"])

@@ -52,7 +52,11 @@ def _prefilled(svc: PromptService, ref: Context, messages: list[Message], n: int
     for o in range(0, len(tokens), 256):
         last = o + 256 >= len(tokens)
         ref.decode(tokens[o : o + 256], o, 0, logits="last" if last else "none")
-    sampler = Sampler(SamplerSettings(temperature=0, top_k=0, top_p=1.0, repeat_penalty=1.0))
+    guard = svc.lib.settings.repeat_guard  # the service's repetition guard (default: dry)
+    sampler = Sampler(
+        SamplerSettings(temperature=0, top_k=0, top_p=1.0, repeat_penalty=1.0, guard=guard),
+        ref.model,
+    )
     try:
         return "".join(generate(ref, sampler, 0, Generation(pos=len(tokens)), n))
     finally:
