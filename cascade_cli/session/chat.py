@@ -11,15 +11,12 @@ are recalled into the kept part, in conversation order.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
 
-from cascade_cli.engine import Context, Sampler
+from cascade_cli.engine import Sampler
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import InputError
-from cascade_cli.paging import catalog as docs
-from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
@@ -50,24 +47,10 @@ class TurnStats:
 class ChatSession(SessionState):
     """One open session: its state (state.py), the sampler, and the turns."""
 
-    def __init__(
-        self,
-        ctx: Context,
-        lib: Library,
-        name: str,
-        *,
-        overrides: dict[str, Any] | None = None,
-        window: int | None = None,
-        documents: list[docs.Document] | None = None,
-        notify: Callable[[str], None] = lambda _: None,
-        create: bool = True,
-    ) -> None:
-        super().__init__(
-            ctx, lib, name, overrides=overrides, window=window, documents=documents,
-            notify=notify, create=create,
-        )  # fmt: skip
+    def opened(self) -> None:
+        """The state is loaded: make the sampler and restore (or rebuild) the window."""
         self.last = TurnStats()
-        self.sampler = Sampler(self.sampling, ctx.model)
+        self.sampler = Sampler(self.sampling, self.ctx.model)
         open_window(self, self.pages.fingerprint)
 
     # ---- turns --------------------------------------------------------------------------------

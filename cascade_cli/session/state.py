@@ -96,6 +96,10 @@ class SessionState:
                 catalog.update(conn, row)
             self.s: Session = row
             self.chunks = {c.idx: c for c in catalog.chunks(conn, row)}
+        self.opened()
+
+    def opened(self) -> None:
+        """Called once the state is loaded (ChatSession restores its window here)."""
 
     # ---- settings ---------------------------------------------------------------------------
 
