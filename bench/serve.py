@@ -222,7 +222,7 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
                 row[f"{name}_decoded"] = answer.get("timings", {}).get("prompt_n")
             results.append(row)
             print(json.dumps(row), flush=True)
-    (where / "conversations.json").write_text(json.dumps(saved))
+            (where / "conversations.json").write_text(json.dumps(saved))  # a cut run replays
     for name in ("direct", "paraphrase"):
         print(f"{name}: answered {sum(r[name] for r in results)}/{len(results)}")
     return {"trials": results}

@@ -158,8 +158,11 @@ def ask_cmd(
     else:
         sys.stdout.write("\n")
         t = result.timings
+        n = len(result.chunks)
+        fed = [c for c in result.chunks if c["tier"] == "prefill"]
+        by = f", {len(fed)} of them by prefill" if fed else ""
         err.print(
-            f"[dim]{len(result.chunks)} chunk{'s' if len(result.chunks) != 1 else ''} "
-            f"({t['restored_tokens']} tokens) restored in "
+            f"[dim]{n} chunk{'s' if n != 1 else ''}{by} "
+            f"({t['restored_tokens']} tokens restored) in "
             f"{t['restore_s']:.2f}s · first token {t['ttft_s']:.2f}s · {t['tokens_per_s']:.1f} tok/s[/dim]"
         )

@@ -16,7 +16,7 @@ import typer
 
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
-from cascade_cli.cli.state import STATE, err, settings
+from cascade_cli.cli.state import STATE, err, settings, shown
 from cascade_cli.config import Settings
 from cascade_cli.errors import ConfigError
 
@@ -74,6 +74,9 @@ def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
     ctx = stack.enter_context(open_context(cfg, model, extra_tokens=EXTRA_TOKENS))
     beside = "until it finishes, the server reuses what is stored but saves no new KV"
     lib = stack.enter_context(writer_library(cfg, ctx, beside))
+    note = lib.prefill_notice()
+    if note:
+        err.print(f"[dim]({shown(note)})[/dim]")
     service = PromptService(ctx, lib, window=cfg.gpu_cache_size, system=system)
     stack.callback(service.close)
     return Backend(service, recorder(lib.disk), idle=service.idle)

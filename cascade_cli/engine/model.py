@@ -179,13 +179,13 @@ class Model:
     def head_dim_k(self) -> int:
         arch = self.meta("general.architecture") or ""
         value = self.meta(f"{arch}.attention.key_length")
-        return int(value) if value else self.n_embd // self.n_head
+        return int(value) if value else self.n_embd // max(1, self.n_head)  # 0: recurrent
 
     @property
     def head_dim_v(self) -> int:
         arch = self.meta("general.architecture") or ""
         value = self.meta(f"{arch}.attention.value_length")
-        return int(value) if value else self.n_embd // self.n_head
+        return int(value) if value else self.n_embd // max(1, self.n_head)
 
     @property
     def n_embd_k_gqa(self) -> int:

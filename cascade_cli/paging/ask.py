@@ -128,6 +128,8 @@ def _place(
     ``seen``: the tier each chunk first came from (a pass after a recompute finds it in RAM)."""
     result.chunks = []
     restored = 0
+    if win.recurrent:
+        return _prefill(lib, win, chosen, metas, warm, result), None
     for idx, meta in zip(chosen, metas, strict=True):
         if meta.key in fresh:
             win.place(fresh[meta.key])
@@ -142,6 +144,34 @@ def _place(
         tier = seen.setdefault(meta.key, tier)
         result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
     return restored, None
+
+
+def _prefill(
+    lib: Library,
+    win: Window,
+    chosen: list[int],
+    metas: list[ChunkMeta],
+    warm: set[str],
+    result: AskResult,
+) -> int:
+    """A recurrent or hybrid model (paging.prefix): the first chunk's stored state is the
+    whole state after the sink and that chunk, so it is restored when the chunk comes right
+    after the sink; every other chunk is decoded (tier `prefill`). Tokens restored."""
+    restored = 0
+    for idx, meta in zip(chosen, metas, strict=True):
+        tier = "prefill"
+        if win.end == meta.pos and not result.chunks:
+            try:
+                win.restore(lib.pager.get(meta.key), [*win.history, *meta.tokens.tolist()])
+                tier = lib.pager.origin(meta.key) or ("ram" if meta.key in warm else "disk")
+                restored += meta.n_tokens
+            except StoreError:
+                tier = "prefill"
+        if tier == "prefill":
+            win.append(meta.tokens.tolist())
+        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+    lib.disk.stats.add("prefill", "hits", sum(c["tier"] == "prefill" for c in result.chunks))
+    return restored
 
 
 def far_from_the_end(
@@ -209,6 +239,11 @@ def ask(
         at[meta.key] = pos
         pos += meta.n_tokens
     slim = far_from_the_end(ctx, metas, at, pos)
+    if win.recurrent:  # only the first chunk's state is restored, where it was made
+        at, keys = {}, keys[:1]
+        note = lib.prefill_notice()
+        if note:
+            notice(note)
     lib.pager.prefetch([sink_key(prefix), *keys], at, slim)
     t_plan = time.perf_counter()
     fresh: dict[str, Any] = {}  # damaged chunks recomputed in their own context
@@ -227,7 +262,9 @@ def ask(
     recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
-    if rerank == "llm":  # issue 20: the generator picks the quote from the restored chunks
+    if (
+        rerank == "llm" and not win.recurrent
+    ):  # issue 20: the generator picks the quote from the restored chunks
         placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True)]
         room = window - win.end - reserve
         q = rerank_quote(ctx, lib, win, hits, placed, question, q, room, result)
@@ -253,7 +290,10 @@ def ask(
         "recall_s": round(t_recall, 4),
         "restore_s": round(t_restore, 4),
         "restored_tokens": restored,
-        "prefill_tokens": len(q) + recomputed + (len(prefix) if sink_tier == "recomputed" else 0),
+        "prefill_tokens": len(q)
+        + recomputed
+        + (len(prefix) if sink_tier == "recomputed" else 0)
+        + sum(c["tokens"] for c in result.chunks if c["tier"] == "prefill"),
         "gen_tokens": len(state.tokens),
         "rerank_s": result.timings.get("rerank_s", 0.0),
         "tokens_per_s": round(max(len(state.tokens) - 1, 0) / gen_time, 2),

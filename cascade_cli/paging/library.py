@@ -51,12 +51,6 @@ def probe_layout(ctx: Context) -> None:
         return
     model = ctx.model
     arch = model.meta("general.architecture") or "unknown"
-    if ctx.layout in ("hybrid", "recurrent"):
-        raise ModelError(
-            f"{model.path.name} ({arch}) keeps {ctx.layout} recurrent state, which cannot be "
-            "cut into chunks and moved as cascade pages a KV cache",
-            f"Use a transformer model: {_FAMILIES}.",
-        )
     try:
         ctx.decode(model.tokenize("a")[:1], 0, SCRATCH_SEQ, logits="none")
         blob = ctx.state_get(SCRATCH_SEQ)
@@ -103,6 +97,9 @@ class _Decode:
     def __call__(self, payload: bytes, at: int | None = None, slim: bool = False) -> Any:
         at = at if self.rope is not None else None
         return kv.decode(payload, at=at, rope=self.rope, v_trans=self.v_trans, swa=not slim)
+
+
+_TOLD: set[str] = set()  # models whose prefill notice this process printed
 
 
 class Library:
@@ -178,6 +175,20 @@ class Library:
             path = embed_path
             self.embedder_factory = lambda: Embedder(path, threads=1)
         self.recall = Recall(self)
+
+    def prefill_notice(self) -> str | None:
+        """Once per process, for a recurrent or hybrid model: how its recalled text comes in."""
+        model = self.ctx.model
+        if self.ctx.layout not in ("recurrent", "hybrid") or model.path.name in _TOLD:
+            return None
+        _TOLD.add(model.path.name)
+        arch = model.meta("general.architecture") or "unknown"
+        kind = "recurrent" if self.ctx.layout == "recurrent" else "hybrid (attention + recurrent)"
+        return (
+            f"{model.path.name} ({arch}) keeps {kind} state, which cannot be moved: recalled "
+            "text is paged in by prefill (tier 'prefill'); conversations resume from exact "
+            "prefix snapshots"
+        )
 
     @property
     def conn(self) -> Any:

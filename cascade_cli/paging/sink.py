@@ -48,7 +48,11 @@ def place_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) ->
     if lib.disk.exists(key) or lib.remote is not None:  # (the remote tier may hold it)
         warm = key in lib.ram
         try:
-            win.place(lib.pager.get(key))
+            state = lib.pager.get(key)
+            if win.recurrent:  # a whole-state snapshot of the prefix (paging.prefix)
+                win.restore(state, prefix)
+            else:
+                win.place(state)
             return lib.pager.origin(key) or ("ram" if warm else "disk")
         except StoreError:  # corrupt or unreadable: recompute instead of serving it
             win.reset()

@@ -30,6 +30,7 @@ class SlidingWriter:
         self.win.append(prefix)
         save_sink(lib, self.win, prefix, doc.scheme)
         self.p0 = self.win.end
+        self.win.mark()  # a recurrent model decodes each chunk after the prefix alone
         self.live: deque[int] = deque()  # token counts of the chunks in the window, oldest first
         self.tokens_done = 0
         self.chars_done = 0
@@ -43,6 +44,10 @@ class SlidingWriter:
     def rebuild(self, done: Sequence[ChunkMeta], chars_done: int) -> None:
         """Continue after `done` (committed chunks 0..n-1): restore the last ones into the window.
         A damaged one is recomputed in its own context (and saved) instead of stopping resume."""
+        self.tokens_done = done[-1].end if done else 0
+        self.chars_done = chars_done
+        if self.win.recurrent:  # chunks are decoded after the prefix alone: nothing to restore
+            return
         states = []
         at = self.p0
         for meta in list(done)[len(done) - min(len(done), self.capacity) :]:
@@ -61,12 +66,14 @@ class SlidingWriter:
     def add(self, idx: int, toks: Sequence[int]) -> str:
         """Decode chunk `idx`, queue its KV for saving, index its text for recall."""
         win, doc = self.win, self.doc
+        if win.recurrent:  # back to the prefix's snapshot: a chunk's state is [prefix, chunk]
+            win.truncate(self.p0)
         while win.room() < len(toks):
             win.drop(self.p0, self.p0 + self.live.popleft())
         pos = win.end
         win.append(toks)
         self.live.append(len(toks))
-        blob = win.save(pos, pos + len(toks))
+        blob = win.save(0 if win.recurrent else pos, pos + len(toks))
         text = self.ctx.model.detokenize(toks)
         meta = ChunkMeta(
             key=doc.chunk_key(idx),

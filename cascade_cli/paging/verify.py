@@ -86,11 +86,19 @@ class Report:
 
 
 def payload_problem(meta: ChunkMeta, payload: bytes) -> str | None:
-    """Whether the bytes are a cascade KV payload of this row's chunk."""
+    """Whether the bytes are a cascade KV payload of this row's chunk. A recurrent or hybrid
+    model's state is a snapshot of the whole prefix [0, pos + tokens) (paging.prefix)."""
     try:
+        whole = kv.layout_of(payload) in ("recurrent", "hybrid")
+        if whole and kv.layout_of(payload) == "recurrent":
+            return None  # no positions to check: the file's CRC is the check
         hdr = kv.info(payload).header
     except CodecError as exc:
         return f"its payload header is unreadable ({exc.message})"
+    if whole:
+        if hdr.n_cells != meta.pos + meta.n_tokens or (hdr.n_cells and hdr.positions.min()):
+            return f"its snapshot holds {hdr.n_cells} cells for {meta.pos + meta.n_tokens} tokens"
+        return None
     if hdr.n_cells != meta.n_tokens:
         return f"its payload holds {hdr.n_cells} cells for {meta.n_tokens} tokens"
     if hdr.n_cells and int(hdr.positions.min()) != meta.pos:

@@ -8,6 +8,12 @@ Chunks the pager decoded at their target position need no shift. Others (e.g. a 
 at older positions) are moved on a copy (kv.rope: positions rewritten, keys re-roped) when the
 model's RoPE can be reproduced exactly; llama.cpp's own seq_add, the fallback, re-ropes every
 cell of the cache on the next decode, a fixed cost that dominated a one-chunk `ask`.
+
+Recurrent and hybrid models (Mamba, RWKV; Jamba, Granite 4, LFM2, …) keep a running state that
+sums up every token decoded so far: it has no positions, so nothing can be moved, dropped from
+the middle or cut off. For them the window only grows at its end, remembers the tokens it holds
+(`history`), and goes back by restoring a whole-state snapshot (`mark`, `restore`) and decoding
+again what followed it; `save` serializes the whole state (a prefix snapshot), never a slice.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from cascade_cli.kv.rope import shift_into
 
 WINDOW_SEQ = 0
 SCRATCH_SEQ = 1
+#: Whole-state snapshots a recurrent window keeps in memory to go back to (newest kept).
+MARKS = 4
 
 
 class Window:
@@ -36,6 +44,9 @@ class Window:
         self.end = 0
         self.rope = ctx.model.rope() if ctx.model.rope_exact else None
         self._buf = np.empty(0, dtype=np.uint8)
+        self.recurrent = ctx.layout in ("recurrent", "hybrid")
+        self.history: list[int] = []  # recurrent: the tokens at positions [0, end)
+        self.marks: dict[int, npt.NDArray[np.uint8]] = {}  # recurrent: position -> whole state
         self.reset()
 
     def reset(self) -> None:
@@ -43,6 +54,12 @@ class Window:
         self.ctx.seq_rm(WINDOW_SEQ)
         self.ctx.seq_rm(SCRATCH_SEQ)
         self.end = 0
+        self.history = []
+        self.marks = {}
+
+    def _fixed(self, what: str) -> None:
+        if self.recurrent:  # a caller's bug: recurrent layouts go through restore/truncate
+            raise RuntimeError(f"a recurrent state cannot be {what}")
 
     def room(self) -> int:
         """Tokens that still fit."""
@@ -60,12 +77,39 @@ class Window:
         self._check(len(tokens))
         out = self.ctx.decode(list(tokens), self.end, WINDOW_SEQ, logits=logits)
         self.end += len(tokens)
+        if self.recurrent:
+            self.history.extend(tokens)
         return out
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Count tokens that were decoded into the window sequence directly (a generation)."""
+        if self.recurrent:
+            self.history.extend(tokens)
+            self.end += len(tokens)
+        else:
+            self.truncate(self.end + len(tokens))
+
+    def mark(self) -> None:
+        """Recurrent: keep the whole state at the window's end, to go back to (`truncate`)."""
+        if not self.recurrent or self.end in self.marks:
+            return
+        self.marks[self.end] = np.array(self.ctx.state_get(WINDOW_SEQ), copy=True)
+        for old in sorted(self.marks)[:-MARKS]:
+            del self.marks[old]
+
+    def restore(self, blob: Buffer, tokens: Sequence[int]) -> None:
+        """Recurrent: make the window the prefix snapshot `blob`, the state after `tokens`."""
+        self.ctx.state_set(WINDOW_SEQ, blob)
+        self.end = len(tokens)
+        self.history = list(tokens)
+        self.marks = {k: v for k, v in self.marks.items() if k < self.end}
+        self.mark()
 
     def place(self, blob: Buffer, at: int | None = None, shift: bool = True) -> int:
         """Put a chunk's state (at whatever positions it holds) at the window's end, or at
         position `at`, moving the cells from `at` on up to make room (`shift=False`: the
         positions [at, at + n) are free, nothing moves); returns its token count."""
+        self._fixed("placed at a position")
         hdr = kvblob.header(blob)
         n = hdr.n_cells
         at = self.end if at is None else at
@@ -93,7 +137,12 @@ class Window:
     def save(
         self, p0: int, p1: int, out: npt.NDArray[np.uint8] | None = None
     ) -> npt.NDArray[np.uint8]:
-        """Serialize the window's cells with positions in [p0, p1) without disturbing it."""
+        """Serialize the window's cells with positions in [p0, p1) without disturbing it
+        (recurrent: the whole state, a snapshot of the prefix [0, end) — p1 must be the end)."""
+        if self.recurrent:
+            if p1 != self.end:
+                raise RuntimeError("a recurrent state is saved whole, at the window's end")
+            return self.ctx.state_get(WINDOW_SEQ, out)
         self.ctx.seq_cp(WINDOW_SEQ, SCRATCH_SEQ, p0, p1)
         try:
             return self.ctx.state_get(SCRATCH_SEQ, out)
@@ -103,6 +152,7 @@ class Window:
     def drop(self, p0: int, p1: int, slide: bool = True) -> None:
         """Remove [p0, p1) from the window and slide everything after it down (`slide=False`:
         leave a gap of free positions; nothing moves)."""
+        self._fixed("cut")
         self.ctx.seq_rm(WINDOW_SEQ, p0, p1)
         if slide:
             self.ctx.seq_add(WINDOW_SEQ, p1, -1, p0 - p1)
@@ -111,11 +161,27 @@ class Window:
             self.end = p0
 
     def truncate(self, end: int) -> None:
-        """Forget every cell from position `end` on (a decode cut short, a reply undone)."""
-        self.ctx.seq_rm(WINDOW_SEQ, end, -1)
-        self.end = end
+        """Forget every cell from position `end` on (a decode cut short, a reply undone).
+        Recurrent: back to the newest snapshot at or before `end`, then decode the rest."""
+        if not self.recurrent:
+            self.ctx.seq_rm(WINDOW_SEQ, end, -1)
+            self.end = end
+            return
+        if end >= self.end:
+            return
+        tokens = self.history[:end]
+        mark = max((p for p in self.marks if p <= end), default=0)
+        if mark:
+            self.ctx.state_set(WINDOW_SEQ, self.marks[mark])
+        else:
+            self.ctx.seq_rm(WINDOW_SEQ)
+        self.end, self.history = mark, tokens[:mark]
+        self.marks = {k: v for k, v in self.marks.items() if k <= mark}
+        if end > mark:
+            self.append(tokens[mark:])
 
     def move(self, p0: int, p1: int, delta: int) -> None:
         """Shift the positions of the cells in [p0, p1) (p1 = -1: to the end) by `delta`; the
         positions they move to must be free. llama.cpp re-ropes the cache on the next decode."""
+        self._fixed("moved")
         self.ctx.seq_add(WINDOW_SEQ, p0, p1, delta)

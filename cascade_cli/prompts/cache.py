@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from cascade_cli.prompts import catalog
 from cascade_cli.recall import index as recall_index
-from cascade_cli.store import DiskStore
+from cascade_cli.store import SNAP, DiskStore
 
 PATTERN = catalog.PREFIX + "*"
 
@@ -112,5 +112,5 @@ def clear(disk: DiskStore) -> tuple[int, int]:
         with disk.transaction() as conn:
             catalog.forget(conn, owner)
             recall_index.forget(conn, owner)
-        freed += disk.delete_owner(owner)
+        freed += disk.delete_owner(owner) + disk.delete_owner(SNAP + owner)
     return len(owners), freed

@@ -62,6 +62,7 @@ class Replier:
         win = self.pages.win
         start = win.end
         win.append(tail, logits="last")
+        win.mark()  # a recurrent model goes back here when the reply is re-tokenized
         run.decoded += len(tail)
         timings = run.result.timings
         timings.count(run.prompt_tokens, run.decoded)
@@ -127,12 +128,13 @@ class Replier:
             run.result.finish_reason = "stop" if stopped else "length"
             run.result.cancelled = cut_short
             decoded = gen.tokens[: gen.pos - reply_at]
+            self.pages.win.advance(decoded)
             try:
                 if turn is not None and not cut_short:
                     text = "".join(out)
                     self._keep_turn(run, blocks, turn, start, reply_at, decoded, text)
                 else:
-                    self.pages.win.truncate(self.pages.end)
+                    self.pages.rewind()
             except Exception as exc:  # the reply was given; only its storing failed
                 log.warning("the turn was not stored: %s", exc)
                 self.pages.reset()
@@ -162,7 +164,7 @@ class Replier:
         try:
             self.pages.win.append(canon[same:] + close)
         except ContextFullError:
-            self.pages.win.truncate(self.pages.end)
+            self.pages.rewind()
             return
         new = finished_turn(self.tpl, run.fingerprint, blocks, turn, canon, text, self.block)
         pages = self.blocks.pages(new, root=blocks[1].hash if len(blocks) > 1 else new[0].hash)

@@ -279,4 +279,10 @@ def delete(conn: sqlite3.Connection, s: Session) -> None:
 def orphan_owners(conn: sqlite3.Connection, owners: list[str]) -> list[str]:
     """Session owners in the chunk store whose session row is gone (a crash inside `rm`)."""
     known = {owner_of(i) for (i,) in conn.execute("SELECT id FROM sessions")}
-    return [o for o in owners if o.startswith("session:") and o not in known]
+    snap = "snap:"  # store.SNAP: a recurrent model's prefix snapshots of the session
+    return [
+        o
+        for o in owners
+        if (o.startswith("session:") and o not in known)
+        or (o.startswith(snap + "session:") and o[len(snap) :] not in known)
+    ]

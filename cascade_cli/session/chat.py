@@ -51,6 +51,9 @@ class ChatSession(SessionState):
         """The state is loaded: make the sampler and restore (or rebuild) the window."""
         self.last = TurnStats()
         self.sampler = Sampler(self.sampling, self.ctx.model)
+        note = self.lib.prefill_notice()
+        if note:
+            self.notify(note)
         open_window(self, self.pages.fingerprint)
 
     # ---- turns --------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ class ChatSession(SessionState):
                 yield piece
         finally:
             reply = gen.tokens[: gen.pos - start - len(q)]
-            self.pages.win.truncate(gen.pos)
+            self.pages.win.advance(reply)
             gen_s = time.perf_counter() - (t_first or time.perf_counter())
             stats.gen_tokens = len(reply)
             stats.tokens_per_s = round(max(len(reply) - 1, 0) / gen_s, 2) if gen_s > 0 else 0.0

@@ -7,7 +7,7 @@ from typing import Any
 from cascade_cli.recall import index as recall_index
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Session
-from cascade_cli.store import DiskStore, owners
+from cascade_cli.store import SNAP, DiskStore, owners
 
 
 def remove(disk: DiskStore, s: Session) -> int:
@@ -16,7 +16,7 @@ def remove(disk: DiskStore, s: Session) -> int:
     with disk.transaction() as conn:
         recall_index.forget(conn, s.owner)
         catalog.delete(conn, s)
-    return disk.delete_owner(s.owner)
+    return disk.delete_owner(s.owner) + disk.delete_owner(SNAP + s.owner)
 
 
 def sweep(disk: DiskStore) -> int:

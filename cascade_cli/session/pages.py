@@ -26,6 +26,7 @@ import numpy as np
 
 from cascade_cli.engine import Context
 from cascade_cli.errors import Cancelled, ContextFullError, CorruptChunkError, NotFoundError
+from cascade_cli.paging import prefix
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
@@ -124,6 +125,8 @@ class Pages:
                 f"{self.cells}",
                 "Raise --gpu-cache-size or lower --max-tokens.",
             )
+        if self.win.recurrent:
+            return self._prefill(target, stop, t0)
         wanted = {p.key: i for i, p in enumerate(target)}
         last = -1
         keep: list[Page] = []
@@ -180,6 +183,38 @@ class Pages:
         )
         done.seconds = time.perf_counter() - t0
         return done
+
+    def _prefill(
+        self, target: Sequence[Page], stop: Callable[[], bool] | None, t0: float
+    ) -> Placed:
+        """A recurrent or hybrid model's layout: kept or restored prefix, the rest decoded
+        (paging.prefix)."""
+        try:
+            got = prefix.lay_out(self.win, self.lib, self.fingerprint, self.layout, target, stop)
+        except BaseException:
+            self.reset()
+            raise
+        self.layout = list(target)
+        self.at = {}
+        pos = 0
+        for p in target:
+            self.at[p.key] = pos
+            pos += p.n
+        done = Placed(kept=got.kept, decoded=got.decoded)
+        if got.restored:
+            done.tiers[got.tier] += got.restored
+        stored = sum(1 for p in target[len(target) - got.prefilled :] if not p.transient)
+        if stored:
+            done.tiers["prefill"] += stored
+            self.lib.disk.stats.add("prefill", "hits", stored)
+        self.lib.disk.stats.add("window", "hits", got.kept)
+        self.lib.disk.stats.add("window", "misses", len(target) - got.kept)
+        done.seconds = time.perf_counter() - t0
+        return done
+
+    def rewind(self) -> None:
+        """Forget what was decoded after the pages (a reply cut short)."""
+        self.win.truncate(self.end)
 
     def _adjacent(self, target: Sequence[Page], kept: set[str]) -> set[str]:
         """The kept pages that will still be contiguous with what follows them. Everything
@@ -295,8 +330,11 @@ class Pages:
         """Make the store hold every one of `items` (oldest first) that it does not: each is
         decoded after `head` and the items before it that still fit, a sliding window as
         `ingest` uses, and saved (never copied into RAM). The one routine for text longer
-        than the window: a long chat message, an API conversation's unseen older blocks."""
+        than the window: a long chat message, an API conversation's unseen older blocks.
+        A recurrent model stores no chunk states: its layouts decode what they hold."""
         done = Placed()
+        if self.win.recurrent:
+            return done
         sizes = [p.n for p in items]
         for i, p in enumerate(items):
             if self.stored(p):
@@ -317,7 +355,16 @@ class Pages:
 
     def append(self, page: Page, start: int) -> None:
         """Record a page whose tokens were just decoded at positions start.. (a new turn) and
-        queue its state for saving (write-back)."""
+        queue its state for saving (write-back). A recurrent model's window keeps a snapshot
+        of the whole state when the page ends it (paging.prefix)."""
+        if self.win.recurrent:
+            self.layout.append(page)
+            self.at[page.key] = start
+            if start + page.n == self.win.end:
+                self.win.mark()
+                key = prefix.chain(self.fingerprint, self.layout)[-1]
+                prefix.save(self.win, self.lib, key, page)
+            return
         blob = self.win.save(start, start + page.n)
         if page.meta is not None and self.saving:
             self.lib.pager.save(page.meta.replace(pos=start), blob)

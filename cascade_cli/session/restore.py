@@ -14,6 +14,7 @@ from cascade_cli.paging.plan import staying
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.state import SessionState
+from cascade_cli.store import SNAP
 
 
 def open_window(chat: SessionState, fp: str) -> None:
@@ -83,6 +84,7 @@ def rechunk(chat: SessionState, system: list[int], reason: str | None) -> None:
     chat.recall.forget(chat.s.owner)
     if chat.pages.saving:  # else left for a writer: their tokens no longer match, never served
         chat.lib.disk.delete_owner(chat.s.owner)
+        chat.lib.disk.delete_owner(SNAP + chat.s.owner)
     chat.s.fingerprint = chat.pages.fingerprint
     chat.s.model = chat.model.path.name
     chat.s.scheme = chat.lib.settings.compression

@@ -8,12 +8,13 @@
 from cascade_cli.store.disk import DiskStore, checksum
 from cascade_cli.store.lru import RamCache
 from cascade_cli.store.prefetch import Pager
-from cascade_cli.store.records import ChunkMeta, RepairReport
+from cascade_cli.store.records import SNAP, ChunkMeta, RepairReport
 from cascade_cli.store.schema import FORMAT_VERSION, register_migrations
 from cascade_cli.store.stats import Stats, owners, snapshot
 
 __all__ = [
     "FORMAT_VERSION",
+    "SNAP",
     "ChunkMeta",
     "DiskStore",
     "Pager",

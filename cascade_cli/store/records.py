@@ -10,6 +10,9 @@ import numpy as np
 
 from cascade_cli.store.schema import FORMAT_VERSION
 
+#: Owner prefix of prefix snapshots (paging.prefix): ``snap:<owner>``, removed with the owner.
+SNAP = "snap:"
+
 
 @dataclass(frozen=True)
 class ChunkMeta:

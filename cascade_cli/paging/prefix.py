@@ -1,0 +1,140 @@
+"""Paging for recurrent and hybrid models: exact prefix snapshots instead of moved chunks.
+
+A recurrent state (Mamba, RWKV; the recurrent layers of Jamba, Granite 4, LFM2, Falcon-H1) sums
+up everything decoded so far: a chunk's state cannot be cut out, moved to other positions or put
+after other text. What can be reused exactly is the whole state after a *prefix* — the same
+pages, with the same tokens, in the same order. A window of such a model is laid out so:
+
+- the pages the window holds stay, from the first, while they match the new layout — when the
+  window's end, or a snapshot it keeps in memory (Window.marks), sits right after them;
+- else the longest prefix of the new layout with a stored snapshot is restored (the RAM tier,
+  then the disk; its key digests the model fingerprint and the prefix's token ids, so a
+  snapshot only ever serves exactly the tokens it was made from);
+- everything after it is decoded: recalled chunks, quotes and turns come in by prefill (the
+  `prefill` tier in `--json` and `stats`).
+
+Snapshots are saved after each finished turn or API block (Pages.append) and after a layout
+whose snapshot is not stored yet, write-back like chunks, under the owner ``snap:<owner>`` so that removing the
+owner removes them; only the newest KEEP of an owner stay on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from cascade_cli.errors import Cancelled, NotFoundError, StoreError
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.window import Window
+from cascade_cli.store import SNAP, ChunkMeta
+
+#: Snapshots kept on disk per owner (a session resumes from its newest).
+KEEP = 4
+
+
+class Piece(Protocol):
+    """What the window is laid out from (session.pages.Page)."""
+
+    key: str
+    tokens: list[int]
+    meta: ChunkMeta | None
+    transient: bool
+
+
+@dataclass
+class Prefilled:
+    """What one layout did: pages kept in the window, restored from a snapshot, decoded."""
+
+    kept: int = 0
+    restored: int = 0
+    tier: str = ""  # where the snapshot came from: ram / disk
+    prefilled: int = 0  # pages decoded (transient ones included)
+    decoded: int = 0  # tokens decoded
+
+
+def chain(fingerprint: str, pages: Sequence[Piece]) -> list[str]:
+    """The snapshot key after each prefix of `pages`: a digest of the model fingerprint and
+    the prefix's token ids — all a recurrent state depends on (pages are renamed: an API
+    block's row is made again when its chunk is gone)."""
+    h = hashlib.sha1(fingerprint.encode())
+    out = []
+    for p in pages:
+        h.update(np.asarray(p.tokens, dtype="<i4").tobytes())
+        out.append(SNAP + h.copy().hexdigest()[:24])
+    return out
+
+
+def _same(a: Piece, b: Piece) -> bool:
+    return not a.transient and not b.transient and list(a.tokens) == list(b.tokens)
+
+
+def lay_out(
+    win: Window,
+    lib: Library,
+    fingerprint: str,
+    held: Sequence[Piece],
+    target: Sequence[Piece],
+    stop: Callable[[], bool] | None = None,
+) -> Prefilled:
+    """Make the window hold exactly `target` (it holds `held`, then maybe more)."""
+    done = Prefilled()
+    keys = chain(fingerprint, target)
+    ends = np.cumsum([len(p.tokens) for p in target]).tolist()
+    same = 0
+    while same < min(len(held), len(target)) and _same(held[same], target[same]):
+        same += 1
+    start = 0
+    for k in range(len(target), 0, -1):
+        if k <= same and (ends[k - 1] == win.end or ends[k - 1] in win.marks):
+            win.truncate(ends[k - 1])
+            start, done.kept = k, k
+            break
+        if target[k - 1].transient or not (keys[k - 1] in lib.ram or lib.disk.exists(keys[k - 1])):
+            continue
+        warm = keys[k - 1] in lib.ram
+        try:
+            blob = lib.pager.get(keys[k - 1])
+        except (NotFoundError, StoreError):
+            continue  # damaged or gone: a shorter prefix, or decode
+        win.restore(blob, [t for p in target[:k] for t in p.tokens])
+        start, done.restored = k, k
+        done.tier = lib.pager.origin(keys[k - 1]) or ("ram" if warm else "disk")
+        break
+    else:
+        if same:  # back to the last shared page (from a mark, decoding the rest)
+            win.truncate(ends[same - 1])
+            start, done.kept = same, same
+        else:
+            win.reset()
+    for p in target[start:]:
+        if stop is not None and stop():
+            raise Cancelled("the request was cancelled while its prompt was decoded")
+        win.append(p.tokens)
+        done.prefilled += 1
+        done.decoded += len(p.tokens)
+    if target and not target[-1].transient:
+        win.mark()
+        if not (keys[-1] in lib.ram or lib.disk.exists(keys[-1])):
+            save(win, lib, keys[-1], target[-1])
+    return done
+
+
+def save(win: Window, lib: Library, key: str, last: Piece) -> None:
+    """Keep the window's whole state as the snapshot `key` (RAM, and disk when this process
+    writes the store and the last page has an owner); older snapshots of the owner go."""
+    if last.meta is None or lib.disk.mode != "write":
+        return
+    owner = SNAP + last.meta.owner
+    tokens = np.asarray(win.history, dtype=np.int32)
+    meta = ChunkMeta(
+        key=key, owner=owner, index=0, start=0, end=len(tokens), tokens=tokens, pos=0,
+        scheme=last.meta.scheme, pinned=False,
+    )  # fmt: skip
+    lib.pager.save(meta, win.save(0, win.end), cache=True)
+    old = [m for m in lib.disk.chunks(owner) if m.key != key]
+    for stale in sorted(old, key=lambda m: m.created, reverse=True)[KEEP - 1 :]:
+        lib.disk.delete(stale.key)
