@@ -14,7 +14,7 @@ from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.server import stats as server_stats
 from cascade_cli.session import manage
-from cascade_cli.store import DiskStore, snapshot
+from cascade_cli.store import SNAP, DiskStore, snapshot
 from cascade_cli.store.stats import LATENCY_OPS, REMOTE_COUNTERS, TIERS, empty_histogram
 
 
@@ -72,7 +72,8 @@ def by_kind(by_owner: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Payload bytes per kind of owner: documents, sessions, the server's, other."""
     sizes = dict.fromkeys((*KINDS.values(), "other"), 0)
     for name, o in by_owner.items():
-        kind = next((k for p, k in KINDS.items() if name.startswith(p)), "other")
+        base = name.removeprefix(SNAP)  # a recurrent model's snapshots count with their owner
+        kind = next((k for p, k in KINDS.items() if base.startswith(p)), "other")
         sizes[kind] += int(o.get("bytes", 0))
     return sizes
 

@@ -40,7 +40,10 @@ def layout() -> Layout:
     return {"llama_cpp": (llama_version(),), "payload_format": tuple(map(str, formats))}
 
 
-_FAMILIES = "Llama, Qwen, Mistral, SmolLM (one cache) or Gemma 2/3, gpt-oss (sliding window)"
+_FAMILIES = (
+    "Llama, Qwen, Mistral, SmolLM (one cache), Gemma 2/3, gpt-oss (sliding window) or Mamba, "
+    "Jamba, Granite 4 (recurrent, hybrid)"
+)
 
 
 def probe_layout(ctx: Context) -> None:
