@@ -59,7 +59,7 @@ def run(arch: str, tokens: int, block: int, repeats: int, work: Path) -> dict[st
             )  # fmt: skip
             pages.append(Page(meta.key, piece, meta))
         times: dict[str, list[float]] = {"prefill": [], "ram": [], "disk": []}
-        for r in range(repeats):
+        for _ in range(repeats):
             for tier in ("prefill", "ram", "disk"):
                 if tier == "prefill":
                     lib.disk.delete_owner("snap:session:1")

@@ -18,7 +18,7 @@ import pytest
 from tests.cli.ingest_helpers import cli
 from tests.cli.test_chat_cli import chat
 from tests.engine.tiny_gguf import write
-from tests.paging.helpers import NEEDLE, write_text
+from tests.paging.helpers import NEEDLE, chunk_rows, doc_id, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 
@@ -82,6 +82,16 @@ def test_ingest_ask_verify_page_recalled_text_in_by_prefill(rhome: tuple[Path, P
     assert stats["tiers"]["prefill"]["hits"] >= len(tiers) - 1
     check = _ok(cli(["verify", "--json"], home))
     assert json.loads(check.stdout)["clean"] is True
+    # a damaged chunk is recomputed where ingest made it: after the sink alone
+    row = chunk_rows(home, f"doc:{doc_id(home, 'book')}")[3]
+    data = home / "store" / "data" / row["file"]
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    data.write_bytes(bytes(raw))
+    fixed = cli(["verify", "--repair", "--json", "--model", str(model)], home)
+    assert fixed.returncode == 1 and "Traceback" not in fixed.stderr, fixed.stderr
+    assert json.loads(fixed.stdout)["damaged"][0]["action"] == "recomputed", fixed.stdout
+    assert json.loads(_ok(cli(["verify", "--json"], home)).stdout)["clean"] is True
 
 
 def test_chat_resumes_from_a_snapshot_and_decodes_only_the_new_message(

@@ -46,7 +46,8 @@ def recompute(
     win = Window(ctx, doc.window)
     try:
         place_sink(lib, win, prefix, doc.scheme)
-        before = window_before(doc, len(prefix), meta.index)
+        # a recurrent model's chunk was decoded after the sink alone (paging.prefix)
+        before = 0 if win.recurrent else window_before(doc, len(prefix), meta.index)
         for j in range(meta.index - before, meta.index):
             try:
                 win.place(lib.pager.get(doc.chunk_key(j), at=win.end))
@@ -54,7 +55,7 @@ def recompute(
                 win.append(lib.chunk_meta(doc, j).tokens.tolist())
         pos = win.end
         win.append(meta.tokens.tolist())
-        state = win.save(pos, pos + meta.n_tokens).copy()
+        state = win.save(0 if win.recurrent else pos, pos + meta.n_tokens).copy()
     finally:
         win.reset()
     if save:
