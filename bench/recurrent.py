@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -48,14 +50,14 @@ def run(arch: str, tokens: int, block: int, repeats: int, work: Path) -> dict[st
         Context(m, tokens + 64, 4, 512, threads) as ctx,
         Library(cfg, ctx) as lib,
     ):
-        words = (ROOT / "bench" / "data" / "emma.txt").read_text()[:20 * tokens]
+        words = (ROOT / "bench" / "data" / "emma.txt").read_text()[: 20 * tokens]
         ids = m.tokenize(words)[:tokens]
         pages = []
         for i in range(0, len(ids), block):
             piece = ids[i : i + block]
             meta = ChunkMeta(
                 key=f"session:1:{i // block}", owner="session:1", index=i // block, start=i,
-                end=i + len(piece), tokens=piece, scheme="q4",
+                end=i + len(piece), tokens=np.asarray(piece, dtype=np.int32), scheme="q4",
             )  # fmt: skip
             pages.append(Page(meta.key, piece, meta))
         times: dict[str, list[float]] = {"prefill": [], "ram": [], "disk": []}

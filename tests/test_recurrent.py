@@ -84,10 +84,10 @@ def test_ingest_ask_verify_page_recalled_text_in_by_prefill(rhome: tuple[Path, P
     assert json.loads(check.stdout)["clean"] is True
     # a damaged chunk is recomputed where ingest made it: after the sink alone
     row = chunk_rows(home, f"doc:{doc_id(home, 'book')}")[3]
-    data = home / "store" / "data" / row["file"]
-    raw = bytearray(data.read_bytes())
+    hurt = home / "store" / "data" / row["file"]
+    raw = bytearray(hurt.read_bytes())
     raw[len(raw) // 2] ^= 0x01
-    data.write_bytes(bytes(raw))
+    hurt.write_bytes(bytes(raw))
     fixed = cli(["verify", "--repair", "--json", "--model", str(model)], home)
     assert fixed.returncode == 1 and "Traceback" not in fixed.stderr, fixed.stderr
     assert json.loads(fixed.stdout)["damaged"][0]["action"] == "recomputed", fixed.stdout
