@@ -93,7 +93,7 @@ class Window:
         """Recurrent: keep the whole state at the window's end, to go back to (`truncate`)."""
         if not self.recurrent or self.end in self.marks:
             return
-        self.marks[self.end] = np.array(self.ctx.state_get(WINDOW_SEQ), copy=True)
+        self.marks[self.end] = self.ctx.state_get(WINDOW_SEQ)  # a fresh array
         for old in sorted(self.marks)[:-MARKS]:
             del self.marks[old]
 
