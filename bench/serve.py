@@ -237,7 +237,6 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     from cascade_cli.paging.library import Library
     from cascade_cli.prompts.service import PromptService
     from cascade_cli.prompts.types import Message, Params
-
     from cascade_cli.session import layout
 
     plan.QUOTE = args.quote

@@ -143,12 +143,17 @@ def test_serve_reuses_a_prompt_before_and_after_a_restart(rhome: tuple[Path, Pat
         cold = first.post("/v1/chat/completions", body, key=None).json()
         assert "usage" in cold, cold
         again = first.post("/v1/chat/completions", body, key=None).json()
+        salted = first.post(
+            "/v1/chat/completions", {**body, "cache_salt": "client-b"}, key=None
+        ).json()
     finally:
         assert first.stop() == 0, first.stderr()
     prompt = cold["usage"]["prompt_tokens"]
     assert prompt > 128 and cold["timings"]["prompt_n"] == prompt
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= prompt - 16, again
     assert again["choices"][0]["message"] == cold["choices"][0]["message"]
+    # another client's salt shares nothing: neither the window nor a snapshot
+    assert salted["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, salted
     second = Server(home, "--model", str(model))
     try:
         warm = second.post("/v1/chat/completions", body, key=None).json()
@@ -156,3 +161,41 @@ def test_serve_reuses_a_prompt_before_and_after_a_restart(rhome: tuple[Path, Pat
         assert second.stop() == 0, second.stderr()
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= prompt - 16, warm
     assert warm["choices"][0]["message"] == cold["choices"][0]["message"]
+    assert [o for o in _owners(home) if o.startswith("snap:api:")]
+    _ok(cli(["rm", "--api"], home))
+    assert not [o for o in _owners(home) if o.startswith(("snap:api:", "api:"))], _owners(home)
+
+
+def test_the_window_goes_back_right_after_a_cut_decode_and_a_restore(
+    rhome: tuple[Path, Path],
+) -> None:
+    from cascade_cli.engine import Context, Model
+    from cascade_cli.paging.window import WINDOW_SEQ, Window
+
+    with Model(rhome[1]) as m, Context(m, 512, 4, 512, 1) as ctx:
+        a = m.tokenize("The keeper lit the lamp at dusk and watched the sea all night long.")
+        b = m.tokenize("A baker rose before dawn, kneaded the dough and warmed the old oven.")
+
+        def fresh(tokens: list[int]) -> np.ndarray:
+            ctx.seq_rm(WINDOW_SEQ)
+            return ctx.decode(tokens, 0, WINDOW_SEQ, logits="last").copy()
+
+        want = fresh(a[:10] + b[:3])
+        win = Window(ctx, 512)
+        win.append(a[:6])
+        win.mark()
+        win.append(a[6:10])
+        ctx.decode(a[10:11], 10, WINDOW_SEQ)  # decoded, never counted: a generation cut short
+        win.advance([])
+        assert win.dirty
+        got = win.append(b[:3], logits="last")  # back to the mark at 6, a[6:10] decoded again
+        assert np.array_equal(got, want) and win.history == a[:10] + b[:3]
+        other = win.save(0, win.end).copy()  # a state of another text, restored over this one
+        win.reset()
+        win.append(b[:6])
+        win.mark()
+        win.append(b[6:12])
+        win.restore(other, a[:10] + b[:3])
+        assert 6 not in win.marks  # b's mark at 6 is no good for a's tokens
+        win.truncate(8)
+        assert np.array_equal(win.append(a[8:10] + b[:3], logits="last"), want)

@@ -57,19 +57,27 @@ class Prefilled:
 
 
 def chain(fingerprint: str, pages: Sequence[Piece]) -> list[str]:
-    """The snapshot key after each prefix of `pages`: a digest of the model fingerprint and
-    the prefix's token ids — all a recurrent state depends on (pages are renamed: an API
-    block's row is made again when its chunk is gone)."""
+    """The snapshot key after each prefix of `pages`: a digest of the model fingerprint, the
+    prefix's token ids — all a recurrent state depends on — and each page's owner, so that
+    conversations (and an API request's `cache_salt`, part of its blocks' owner) never share a
+    snapshot. Page keys are left out: an API block's row may be made again under a new index."""
     h = hashlib.sha1(fingerprint.encode())
     out = []
     for p in pages:
+        h.update(_owner(p).encode() + b"\0")
         h.update(np.asarray(p.tokens, dtype="<i4").tobytes())
         out.append(SNAP + h.copy().hexdigest()[:24])
     return out
 
 
+def _owner(p: Piece) -> str:
+    return p.meta.owner if p.meta is not None else ""
+
+
 def _same(a: Piece, b: Piece) -> bool:
-    return not a.transient and not b.transient and list(a.tokens) == list(b.tokens)
+    if a.transient or b.transient or _owner(a) != _owner(b):
+        return False
+    return list(a.tokens) == list(b.tokens)
 
 
 def lay_out(

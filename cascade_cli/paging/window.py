@@ -14,6 +14,8 @@ sums up every token decoded so far: it has no positions, so nothing can be moved
 the middle or cut off. For them the window only grows at its end, remembers the tokens it holds
 (`history`), and goes back by restoring a whole-state snapshot (`mark`, `restore`) and decoding
 again what followed it; `save` serializes the whole state (a prefix snapshot), never a slice.
+A decode cut short (an exception, Ctrl-C) may have changed the state without `history`
+knowing: the window is then `dirty`, and the next use goes back to a mark first.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Window:
         self.end = 0
         self.history = []
         self.marks = {}
+        self.dirty = False  # recurrent: the state may not be the one `history` describes
 
     def _fixed(self, what: str) -> None:
         if self.recurrent:  # a caller's bug: recurrent layouts go through restore/truncate
@@ -75,23 +78,51 @@ class Window:
     def append(self, tokens: Sequence[int], logits: str = "none") -> npt.NDArray[np.float32]:
         """Decode tokens at the end of the window."""
         self._check(len(tokens))
-        out = self.ctx.decode(list(tokens), self.end, WINDOW_SEQ, logits=logits)
+        if not self.recurrent:
+            out = self.ctx.decode(list(tokens), self.end, WINDOW_SEQ, logits=logits)
+            self.end += len(tokens)
+            return out
+        self._resync()
+        try:
+            out = self.ctx.decode(list(tokens), self.end, WINDOW_SEQ, logits=logits)
+        except BaseException:
+            self.dirty = True  # part of it may be in the state
+            raise
         self.end += len(tokens)
-        if self.recurrent:
-            self.history.extend(tokens)
+        self.history.extend(tokens)
         return out
+
+    def _resync(self) -> None:
+        """Recurrent, after a decode cut short: back to the newest mark, then decode again
+        what `history` says follows it."""
+        if not self.dirty:
+            return
+        tokens = self.history
+        mark = max((p for p in self.marks if p <= self.end), default=0)
+        if mark:
+            self.ctx.state_set(WINDOW_SEQ, self.marks[mark])
+        else:
+            self.ctx.seq_rm(WINDOW_SEQ)
+        self.end, self.history, self.dirty = mark, tokens[:mark], False
+        if len(tokens) > mark:
+            self.append(tokens[mark:])
 
     def advance(self, tokens: Sequence[int]) -> None:
         """Count tokens that were decoded into the window sequence directly (a generation)."""
         if self.recurrent:
             self.history.extend(tokens)
             self.end += len(tokens)
+            if self.ctx.pos_max(WINDOW_SEQ) + 1 != self.end:
+                self.dirty = True  # a token decoded but not counted (interrupted)
         else:
             self.truncate(self.end + len(tokens))
 
     def mark(self) -> None:
         """Recurrent: keep the whole state at the window's end, to go back to (`truncate`)."""
-        if not self.recurrent or self.end in self.marks:
+        if not self.recurrent:
+            return
+        self._resync()
+        if self.end in self.marks:
             return
         self.marks[self.end] = self.ctx.state_get(WINDOW_SEQ)  # a fresh array
         for old in sorted(self.marks)[:-MARKS]:
@@ -100,9 +131,13 @@ class Window:
     def restore(self, blob: Buffer, tokens: Sequence[int]) -> None:
         """Recurrent: make the window the prefix snapshot `blob`, the state after `tokens`."""
         self.ctx.state_set(WINDOW_SEQ, blob)
-        self.end = len(tokens)
-        self.history = list(tokens)
-        self.marks = {k: v for k, v in self.marks.items() if k < self.end}
+        same = 0  # marks are only good for the tokens the old and the new history share
+        for a, b in zip(self.history, tokens, strict=False):
+            if a != b:
+                break
+            same += 1
+        self.end, self.history, self.dirty = len(tokens), list(tokens), False
+        self.marks = {k: v for k, v in self.marks.items() if k <= same and k < self.end}
         self.mark()
 
     def place(self, blob: Buffer, at: int | None = None, shift: bool = True) -> int:
@@ -140,6 +175,7 @@ class Window:
         """Serialize the window's cells with positions in [p0, p1) without disturbing it
         (recurrent: the whole state, a snapshot of the prefix [0, end) — p1 must be the end)."""
         if self.recurrent:
+            self._resync()
             if p1 != self.end:
                 raise RuntimeError("a recurrent state is saved whole, at the window's end")
             return self.ctx.state_get(WINDOW_SEQ, out)
@@ -167,6 +203,7 @@ class Window:
             self.ctx.seq_rm(WINDOW_SEQ, end, -1)
             self.end = end
             return
+        self._resync()
         if end >= self.end:
             return
         tokens = self.history[:end]

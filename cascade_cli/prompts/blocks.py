@@ -79,7 +79,10 @@ class Blocks:
         self.lib.recall.flush()  # nor embeddings for its passages
         self.lib.disk.flush()  # access times, for least recently used
         keep = {p.key for p in self.window.layout}
-        removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep)
+        if self.window.win.recurrent:  # no block states: no row is stale for want of one
+            removed, freed = cache.trim_snapshots(self.lib.disk, self.cache_budget)
+        else:
+            removed, freed = cache.trim(self.lib.disk, self.cache_budget, keep)
         for key in removed:  # their exact states leave the RAM tier too
             self.lib.ram.pop(key)
         if removed:

@@ -86,6 +86,26 @@ def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
     return [*victims, *(f"{o}:{i}" for o, i in gone)], freed
 
 
+def trim_snapshots(disk: DiskStore, budget: int) -> tuple[list[str], int]:
+    """A recurrent model's server stores prefix snapshots (``snap:api:``), not block states:
+    the least recently used go once they take more than `budget` bytes, down to LOW_WATER of
+    it; the block rows stay (their recall passages). (keys removed, bytes freed)."""
+    with disk.lock:
+        chunks = disk.conn.execute(
+            "SELECT key, nbytes FROM chunks WHERE owner GLOB ? ORDER BY accessed, created",
+            (SNAP + PATTERN,),
+        ).fetchall()
+    total = sum(int(n) for _, n in chunks)
+    target = budget if total <= budget else int(budget * LOW_WATER)
+    victims: list[str] = []
+    for key, n in chunks:
+        if total <= target:
+            break
+        victims.append(key)
+        total -= int(n)
+    return victims, sum(disk.delete(k) for k in victims)
+
+
 def orphans(disk: DiskStore) -> dict[str, int]:
     """``api:`` owners with chunks that no block row names (a removal cut short), and how
     many (`cascade verify`)."""
@@ -106,7 +126,9 @@ def clear(disk: DiskStore) -> tuple[int, int]:
     """Remove every conversation the server stored (`cascade rm --api`): (owners, bytes)."""
     with disk.lock:
         owners = set(catalog.owner_rows(disk.conn))
-    owners |= {o for o in disk.owners() if o.startswith(catalog.PREFIX)}
+    stored = disk.owners()
+    owners |= {o for o in stored if o.startswith(catalog.PREFIX)}
+    owners |= {o[len(SNAP) :] for o in stored if o.startswith(SNAP + catalog.PREFIX)}
     freed = 0
     for owner in sorted(owners):
         with disk.transaction() as conn:
