@@ -68,15 +68,7 @@ def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
                 "SELECT owner, idx FROM api_blocks b WHERE NOT EXISTS (SELECT 1 FROM chunks c "
                 "WHERE c.key = b.owner || ':' || b.idx)"
             ).fetchall()
-    total = sum(int(n) for _, n in chunks)
-    target = budget if total <= budget else int(budget * LOW_WATER)
-    victims: list[str] = []
-    for key, n in chunks:
-        if total <= target:
-            break
-        if key not in keep:
-            victims.append(key)
-            total -= int(n)
+    victims = _oldest(chunks, budget, keep)
     gone = [(o, i) for o, i in stale if f"{o}:{i}" not in keep]
     if not victims and not gone:
         return [], 0
@@ -95,15 +87,23 @@ def trim_snapshots(disk: DiskStore, budget: int) -> tuple[list[str], int]:
             "SELECT key, nbytes FROM chunks WHERE owner GLOB ? ORDER BY accessed, created",
             (SNAP + PATTERN,),
         ).fetchall()
+    victims = _oldest(chunks, budget, set())
+    return victims, sum(disk.delete(k) for k in victims)
+
+
+def _oldest(chunks: list[tuple[str, int]], budget: int, keep: set[str]) -> list[str]:
+    """Keys to remove, least recently used first (`chunks`: (key, bytes) in that order), once
+    they take more than `budget` bytes: down to LOW_WATER of it, never a key in `keep`."""
     total = sum(int(n) for _, n in chunks)
     target = budget if total <= budget else int(budget * LOW_WATER)
     victims: list[str] = []
     for key, n in chunks:
         if total <= target:
             break
-        victims.append(key)
-        total -= int(n)
-    return victims, sum(disk.delete(k) for k in victims)
+        if key not in keep:
+            victims.append(key)
+            total -= int(n)
+    return victims
 
 
 def orphans(disk: DiskStore) -> dict[str, int]:
