@@ -142,7 +142,8 @@ def save(win: Window, lib: Library, key: str, last: Piece) -> None:
         key=key, owner=owner, index=0, start=0, end=len(tokens), tokens=tokens, pos=0,
         scheme=last.meta.scheme, pinned=False,
     )  # fmt: skip
-    lib.pager.save(meta, win.save(0, win.end), cache=True)
+    blob = win.marks.get(win.end)  # the callers marked the end: no second copy of the state
+    lib.pager.save(meta, blob if blob is not None else win.save(0, win.end), cache=True)
     old = [m for m in lib.disk.chunks(owner) if m.key != key]
     for stale in sorted(old, key=lambda m: m.created, reverse=True)[KEEP - 1 :]:
         lib.disk.delete(stale.key)
