@@ -47,24 +47,39 @@ def generate(
     Each sampled token is decoded back into seq_id at state.pos; state is updated in place.
     `limit` is the first position the sequence may not use (default: the context size).
     With the sampler's repetition guard on ('stop', or 'dry' behind which it stands), the reply
-    ends once its words loop (engine.loops).
+    ends once its words loop (engine.loops): the copy that completes the loop is held back
+    while it forms and then dropped, from the text and from state (tokens, pos), so neither the
+    reader nor the window ever holds it.
     """
     model = ctx.model
     stream = TokenStream()
     guard = LoopGuard() if sampler.settings.guard != "off" else None
     limit = ctx.n_ctx if limit is None else limit
+    held: list[tuple[str, int]] = []  # pieces the guard holds back, with their token counts
+    count = 0  # tokens since the last piece
     for _ in range(max_tokens):
         token = sampler.sample(ctx, -1)
         if model.is_eog(token):
             state.stopped_by = "eog"
             break
         state.tokens.append(token)
+        count += 1
         piece = stream.push(model.token_bytes(token))
-        if piece:
+        if piece and guard is None:
             yield piece
-            if guard is not None and guard.push(piece):
+        elif piece and guard is not None:
+            held.append((piece, count))
+            if guard.push(piece):
+                drop = _drop(held, guard.cut)
+                del state.tokens[len(state.tokens) - drop :]
+                state.pos -= drop - 1  # every dropped token but this one was decoded
                 state.stopped_by = "loop"
-                break
+                yield from (text for text, _ in held)
+                return
+            while held and sum(len(text) for text, _ in held[1:]) >= guard.hold:
+                yield held.pop(0)[0]
+        if piece:
+            count = 0
         if state.pos >= limit:
             state.stopped_by = "context_full"
             break
@@ -76,6 +91,17 @@ def generate(
         state.pos += 1
     else:
         state.stopped_by = "max_tokens"
+    yield from (text for text, _ in held)
     tail = stream.flush()
     if tail:
         yield tail
+
+
+def _drop(held: list[tuple[str, int]], cut: int) -> int:
+    """Remove the held pieces that reach into the last `cut` characters; their token count."""
+    tokens = 0
+    while held and cut > 0:
+        text, n = held.pop()
+        cut -= len(text)
+        tokens += n
+    return tokens

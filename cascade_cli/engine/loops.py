@@ -43,17 +43,50 @@ def loops(text: str) -> bool:
     return any(ends_looping(ws[:end]) for end in range(NGRAM, len(ws) + 1))
 
 
+def _started(ws: Sequence[str]) -> int:
+    """How many of the last words (< NGRAM) match their copies one and two periods back: the
+    start of a copy that would complete a loop if it went on."""
+    n = len(ws)
+    for m in range(NGRAM - 1, 0, -1):
+        tail = list(ws[n - m :])
+        for p in range(1, MAX_PERIOD + 1):
+            if n - m - (TIMES - 1) * p < 0:
+                break
+            if all(list(ws[n - m - k * p : n - k * p]) == tail for k in range(1, TIMES)):
+                return m
+    return 0
+
+
 class LoopGuard:
-    """Fed a reply's text piece by piece; `push` says when its finished words start looping."""
+    """Fed a reply's text piece by piece; `push` says when its finished words start looping.
+
+    The copy that completes a loop is never shown: after each piece `hold` is how many of the
+    text's last characters could be the start of that copy (words that match their copies one
+    and two periods back, and an unfinished word once a copy could precede it), to be held back
+    like a partial stop string; when `push` says the text loops, `cut` is how many last
+    characters belong to the completing copy, to be dropped.
+    """
 
     def __init__(self) -> None:
         self._text = ""
+        self.hold = 0
+        self.cut = 0
 
     def push(self, piece: str) -> bool:
         self._text = (self._text + piece)[-_TAIL:]
-        if not _END.search(piece):
-            return False  # no word finished in this piece
-        ws = words(self._text)
-        if _WORD.search(self._text[-1:]):
-            ws = ws[:-1]  # the last word may go on in the next piece
-        return ends_looping(ws)
+        spans = [m.span() for m in _WORD.finditer(self._text)]
+        partial = bool(spans) and spans[-1][1] == len(self._text)
+        done = spans[:-1] if partial else spans  # the last word may go on in the next piece
+        ws = [self._text[a:b].lower() for a, b in done]
+        n = len(ws)
+        if _END.search(piece) and ends_looping(ws):
+            self.cut = len(self._text) - done[n - NGRAM][0]
+            return True
+        m = _started(ws)
+        if m:
+            self.hold = len(self._text) - done[n - m][0]
+        elif partial and n >= TIMES - 1:
+            self.hold = len(self._text) - spans[-1][0]
+        else:
+            self.hold = 0
+        return False

@@ -49,6 +49,10 @@ def reply(ctx: Context, user: str, guard: str, max_tokens: int = 120) -> tuple[s
     settings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard=guard)
     with Sampler(settings, ctx.model) as sampler:
         text = "".join(generate(ctx, sampler, 0, state, max_tokens))
+    # what was shown is what the state holds: its tokens, and cells up to pos only
+    assert ctx.model.detokenize(state.tokens) == text
+    decoded = len(state.tokens) - (state.stopped_by == "context_full")
+    assert state.pos == len(tokens) + decoded
     return text, state.stopped_by
 
 
@@ -62,6 +66,19 @@ def test_a_looping_prompt_loops_without_the_guard_and_not_with_it(ctx: Context) 
     assert not loops(dry), dry
     stop, why = reply(ctx, LOOPING, "stop")
     assert why == "loop" and len(stop) < len(off)
+    assert not loops(stop), stop  # the copy that completes the loop is never shown
+
+
+def test_the_completing_copy_is_held_back_then_dropped() -> None:
+    guard, shown, held = LoopGuard(), "", ""
+    for piece in [" The", " answer", " is", ":"] * 3:
+        held += piece
+        if guard.push(piece):
+            held = held[: len(held) - guard.cut]
+            break
+        shown, held = shown + held[: len(held) - guard.hold], held[len(held) - guard.hold :]
+    assert guard.cut and not loops(shown + held)
+    assert (shown + held).strip() == "The answer is: The answer is:"
 
 
 @pytest.mark.parametrize("key", ["77777", "86387", "10010"])
