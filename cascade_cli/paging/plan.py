@@ -13,7 +13,8 @@ recalled and in which order, and which passages are quoted right before the ques
 - a question about documents (`fill`) fills the budget with the best hits and their neighbours; a
   conversation takes only strong hits (a method ranked it first, or both found it), at most
   MAX_RECALLED;
-- quotes: the QUOTE policy over the chosen hits, in at most QUOTE_TOKENS tokens;
+- quotes: the QUOTE policy over the chosen hits, each passage cut to its QUOTE_WORDS words around
+  the query's words (recall.focus), in at most QUOTE_TOKENS tokens;
 - a chunk the store cannot serve (evicted by the disk budget) is skipped with a note;
 - the message being answered (a long one's stored blocks, `current`) stays whole when it fits
   the window at all, taking the share recall and the quote would have had; `cut` counts its
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 
 from cascade_cli.errors import ContextFullError, NotFoundError
 from cascade_cli.recall import Hit, Recall, fill
+from cascade_cli.recall.focus import focus
 from cascade_cli.recall.select import RRF_K, to_quote
 
 #: Share of the window kept for recall once a conversation no longer fits.
@@ -42,8 +44,11 @@ MAX_RECALLED = 2
 #: 'tops' (each method's first) put a second, unrelated passage in the note that the model
 #: echoed (locker direct 2/5); see BENCHMARKS.md, "One planner".
 QUOTE = "best"
+#: Words of a passage quoted (shared by the quotes of one request): the window around the
+#: question's words (recall.focus). Chosen on *Emma*'s questions; see BENCHMARKS.md, "Quotes".
+QUOTE_WORDS = 48
 #: Most tokens all quoted passages take together (the quote's frame comes on top: QUOTE_ROOM).
-QUOTE_TOKENS = 96
+QUOTE_TOKENS = 64
 #: Window positions kept for a quote (passages and their frame) while quoting is on.
 QUOTE_ROOM = QUOTE_TOKENS + 32
 #: Window order of recalled chunks ('relevance': best run nearest the question; 'document').
@@ -216,6 +221,7 @@ def plan(recall: Recall, req: Request) -> Plan:
         seen: set[str] = set()
         for h in quoted:
             text = "".join(recall.passage_texts([h]))
+            text = focus(text, query_of(req.query), QUOTE_WORDS // len(quoted))
             if text.strip() and text not in seen:  # one text, quoted once
                 seen.add(text)
                 out.quotes.append(Quote(text, h.owner, h.chunk, names.get(h.owner, "")))

@@ -10,9 +10,11 @@ from typing import Any
 
 from cascade_cli.engine import Context
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.plan import QUOTE_WORDS
 from cascade_cli.paging.prompt import frame, question_tokens
 from cascade_cli.paging.window import WINDOW_SEQ, Window
 from cascade_cli.recall import rerank
+from cascade_cli.recall.focus import focus
 from cascade_cli.recall.select import Hit
 from cascade_cli.store import ChunkMeta
 
@@ -44,6 +46,7 @@ def rerank_quote(
         rerank.score(ctx, WINDOW_SEQ, sink, cands, question, seqs)
         best = max(cands, key=lambda c: c.score)
         (text,) = lib.recall.passage_texts([best.hit])
+        text = focus(text, question, QUOTE_WORDS)
         mine = question_tokens(ctx.model, frame(ctx.model), question, [text])
         if len(mine) <= room:
             q = mine

@@ -27,7 +27,7 @@ _SENTENCE = re.compile(
 )
 #: A word for passage sizes: a run of non-space characters, but each character of a script
 #: written without spaces (recall.scripts) counts as one (about one word's worth of tokens).
-_WORD = re.compile(f"[{RANGES}]|[^\\s{RANGES}]+")
+WORD = re.compile(f"[{RANGES}]|[^\\s{RANGES}]+")
 #: A transcript's speaker label (how sessions and the server index a turn's text): a passage
 #: never spans two speakers, so a quoted passage is one person's words.
 _SPEAKER = re.compile(r"\s*(?:User|Assistant|System):\s")
@@ -54,7 +54,7 @@ def _sentences(text: str) -> list[tuple[int, int]]:
 def _split_long(text: str, s: int, e: int) -> list[tuple[int, int]]:
     """A sentence longer than MAX_WORDS cut at word boundaries (any character of a script
     without spaces is one)."""
-    words = list(_WORD.finditer(text, s, e))
+    words = list(WORD.finditer(text, s, e))
     out = []
     for i in range(0, len(words), MAX_WORDS):
         group = words[i : i + MAX_WORDS]
@@ -67,7 +67,7 @@ def split(text: str) -> list[Passage]:
     text; a single over-long sentence is cut at word boundaries."""
     spans: list[tuple[int, int, int]] = []  # start, end, words
     for s, e in _sentences(text):
-        n = len(_WORD.findall(text, s, e))
+        n = len(WORD.findall(text, s, e))
         if n > MAX_WORDS:
             spans += [(a, b, MAX_WORDS) for a, b in _split_long(text, s, e)]
         elif n:

@@ -1,0 +1,100 @@
+"""How short can the quote be? The passage `ask`'s quote policy picks, cut to its best W-word
+window around the question's words (recall.focus), for several W.
+
+python bench/quote_focus.py BOOK ... [--words 16 24 32 48 0] [--block 512]
+
+For each hand-written question of bench/questions/<book>.json (the index `ingest` builds, kept
+under bench/.work/questions as bench/questions.py keeps it): hybrid recall as `ask` runs it, the
+passage the default quote policy (paging.plan.QUOTE) picks, and that passage focused to W words
+(0: whole). Reported per W: the quote holds the answer's evidence string, the quote names an
+expected answer term (bench/questions keys), and its mean size in tokens — what every ask (and
+every paging chat turn) decodes before the question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.questions import DATA, MODEL, QUESTIONS, WORK, _Lib, chunk_texts  # noqa: E402
+from cascade_cli.engine import Model, set_verbose  # noqa: E402
+from cascade_cli.paging.plan import QUOTE  # noqa: E402
+from cascade_cli.recall import Recall  # noqa: E402
+from cascade_cli.recall.focus import focus  # noqa: E402
+from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
+from cascade_cli.recall.select import to_quote  # noqa: E402
+from cascade_cli.store import DiskStore  # noqa: E402
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run_book(model: Model, book: str, block: int, widths: list[int]) -> dict[str, int]:
+    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
+    qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
+    texts = chunk_texts(model, text, block)
+    starts = [0]
+    for t in texts:
+        starts.append(starts[-1] + len(t))
+    tag = f"{book}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}"
+    res = {"questions": 0, "quoted": 0}
+    for w in widths:
+        res |= {f"ev@{w}": 0, f"term@{w}": 0, f"tok@{w}": 0}
+    with DiskStore.open(WORK / "questions" / tag, "questions-bench") as disk:
+        lexical_only = Recall(_Lib(disk, embed=False))
+        if lexical_only.indexed("doc:1") != set(range(len(texts))):
+            for i, t in enumerate(texts):
+                lexical_only.index("doc:1", i, t, starts[i])
+        lexical_only.close()
+        recall = Recall(_Lib(disk, embed=True))
+        recall.search(["doc:1"], "warm up", "semantic")  # embeds every passage
+        for q in qs:
+            ev = flat(q["evidence"])
+            hits = recall.search(["doc:1"], q["q"], "hybrid", subject=True)
+            quoted = recall.passage_texts(to_quote(hits, QUOTE, recall.methods("hybrid")))
+            res["questions"] += 1
+            res["quoted"] += bool(quoted)
+            marks = []
+            for w in widths:
+                cut = [focus(t, q["q"], w) for t in quoted]
+                ev_ok = any(ev in flat(t) for t in cut)
+                term_ok = any(a.lower() in t.lower() for t in cut for a in q["answer_terms"])
+                res[f"ev@{w}"] += ev_ok
+                res[f"term@{w}"] += term_ok
+                res[f"tok@{w}"] += sum(len(model.tokenize(t)) for t in cut)
+                marks.append(("E" if ev_ok else "-") + ("T" if term_ok else "-"))
+            print(f"  {book} {q['q'][:56]!r:60} {' '.join(marks)}", flush=True)
+        recall.close()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("books", nargs="+")
+    ap.add_argument("--words", type=int, nargs="+", default=[16, 24, 32, 48, 0])
+    ap.add_argument("--block", type=int, default=512)
+    args = ap.parse_args()
+    set_verbose(False)
+    with Model(MODEL) as m:
+        rows = {b: run_book(m, b, args.block, args.words) for b in args.books}
+    print(f"\nquote policy {QUOTE!r}, block {args.block}: evidence held / answer term named "
+          "/ mean tokens, per quote width in words (0: the whole passage)")  # fmt: skip
+    head = " | ".join(f"W={w or 'whole'}" for w in args.words)
+    print(f"| book | questions | {head} |")
+    print("|---|---|" + "---|" * len(args.words))
+    for b, r in rows.items():
+        qn = r["questions"]
+        cells = " | ".join(
+            f"{r[f'ev@{w}']} / {r[f'term@{w}']} / {r[f'tok@{w}'] / qn:.0f} tok" for w in args.words
+        )
+        print(f"| {b} | {qn} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The part of a passage worth quoting for a query: at most a few dozen words around the
+question's words, so the quote that ask, chat and serve decode before the question stays cheap.
+
+A passage is up to MAX_WORDS (recall.passages) words, one long sentence of a novel or a stretch
+of a manual. The quote keeps the `most`-word window holding the most occurrences of the query's
+content words (a word matches a term when they share their first PREFIX letters, so "lockers"
+matches "locker"), the hits as near its middle as the passage allows; a cut end is marked "…".
+A passage with no query word in it keeps its start.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cascade_cli.recall.lexical import query_terms
+from cascade_cli.recall.passages import WORD
+from cascade_cli.recall.scripts import unspaced
+
+#: Letters two words must share to count as one term (a crude stem: locker/lockers, pay/paid no).
+PREFIX = 5
+_EDGE = re.compile(r"^\W+|\W+$")
+
+
+def _key(word: str) -> str:
+    return _EDGE.sub("", word.lower())[:PREFIX]
+
+
+def _match(key: str, terms: set[str]) -> bool:
+    """A word is a query term; one character of an unspaced script is part of one."""
+    if not key:
+        return False
+    return key in terms or (unspaced(key) and any(key in t for t in terms))
+
+
+def focus(text: str, query: str, most: int) -> str:
+    """`text` itself when it has at most `most` words, else its best `most`-word window."""
+    spans = [m.span() for m in WORD.finditer(text)]
+    if len(spans) <= most or most <= 0:
+        return text
+    terms = {t[:PREFIX] for t in query_terms(query)}
+    hits = [1 if _match(_key(text[a:b]), terms) else 0 for a, b in spans]
+    windows = range(len(spans) - most + 1)
+    at = [i for i, h in enumerate(hits) if h]
+
+    def rank(s: int) -> tuple[int, float]:
+        inside = [i for i in at if s <= i < s + most]
+        if not inside:
+            return (0, -s)
+        middle = (inside[0] + inside[-1]) / 2
+        return (len(inside), -abs(middle - (s + (most - 1) / 2)))
+
+    s = max(windows, key=rank)
+    e = s + most
+    body = text[spans[s][0] : spans[e - 1][1]]
+    return ("… " if s else "") + body + (" …" if e < len(spans) else "")
