@@ -241,7 +241,8 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
 
     plan.QUOTE = args.quote
     layout.NOTE_ROLE = args.note
-    where = (
+    layout.COPY_QUOTE = args.copy == "on"
+    where = args.where or (
         ROOT
         / "bench"
         / ".work"
@@ -277,8 +278,10 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(row)
             print(json.dumps(row), flush=True)
     for name in ("direct", "paraphrase"):
-        print(f"quote {args.quote}: {name} {sum(r[name] for r in rows)}/{len(rows)}")
-    return {"quote": args.quote, "trials": rows}
+        print(
+            f"quote {args.quote} copy {args.copy}: {name} {sum(r[name] for r in rows)}/{len(rows)}"
+        )
+    return {"quote": args.quote, "copy": args.copy, "trials": rows}
 
 
 def _client_script(c: int, n: int) -> list[str]:
@@ -364,6 +367,8 @@ def main() -> None:
     ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
     ap.add_argument("--quote", default="tops", choices=["tops", "best", "agree", "off"])
     ap.add_argument("--note", default="system", choices=["system", "user"], help="replay")
+    ap.add_argument("--copy", default="on", choices=["on", "off"], help="replay: copy quote cells")
+    ap.add_argument("--where", type=Path, default=None, help="replay: a copy of a locker home")
     ap.add_argument("--text", type=Path, default=TEXT, help="locker, replay: the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")
     ap.add_argument("--tokens", type=int, default=3000)
@@ -375,7 +380,11 @@ def main() -> None:
     args = ap.parse_args()
     jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
     result = jobs[args.what](args)
-    tag = f"-quote-{args.quote}-{args.note}-{args.wording}" if args.what == "replay" else ""
+    tag = (
+        f"-quote-{args.quote}-{args.note}-{args.wording}-copy-{args.copy}"
+        if args.what == "replay"
+        else ""
+    )
     if args.text != TEXT:
         tag = f"-{args.text.stem}{tag}"
     out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"

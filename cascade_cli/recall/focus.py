@@ -32,11 +32,29 @@ def _match(key: str, terms: set[str]) -> bool:
     return key in terms or (unspaced(key) and any(key in t for t in terms))
 
 
+#: Marks a cut end of a quote.
+CUT = "…"
+
+
 def focus(text: str, query: str, most: int) -> str:
-    """`text` itself when it has at most `most` words, else its best `most`-word window."""
+    """`text` itself when it has at most `most` words, else its best `most`-word window, a cut
+    end marked with CUT."""
+    a, b = window(text, query, most)
+    return (f"{CUT} " if a else "") + text[a:b] + (f" {CUT}" if b < len(text) else "")
+
+
+def unmarked(quote: str) -> tuple[str, bool, bool]:
+    """A focused quote's own text, and whether its start and its end were cut."""
+    start, end = quote.startswith(f"{CUT} "), quote.endswith(f" {CUT}")
+    return quote[2 if start else 0 : len(quote) - 2 if end else len(quote)], start, end
+
+
+def window(text: str, query: str, most: int) -> tuple[int, int]:
+    """The character span [a, b) of `text`'s best `most`-word window (the whole text when it
+    has at most `most` words)."""
     spans = [m.span() for m in WORD.finditer(text)]
     if len(spans) <= most or most <= 0:
-        return text
+        return 0, len(text)
     terms = {t[:PREFIX] for t in query_terms(query)}
     hits = [1 if _match(_key(text[a:b]), terms) else 0 for a, b in spans]
     windows = range(len(spans) - most + 1)
@@ -51,5 +69,4 @@ def focus(text: str, query: str, most: int) -> str:
 
     s = max(windows, key=rank)
     e = s + most
-    body = text[spans[s][0] : spans[e - 1][1]]
-    return ("… " if s else "") + body + (" …" if e < len(spans) else "")
+    return (spans[s][0] if s else 0), (spans[e - 1][1] if e < len(spans) else len(text))

@@ -30,7 +30,7 @@ _SENTENCE = re.compile(
 WORD = re.compile(f"[{RANGES}]|[^\\s{RANGES}]+")
 #: A transcript's speaker label (how sessions and the server index a turn's text): a passage
 #: never spans two speakers, so a quoted passage is one person's words.
-_SPEAKER = re.compile(r"\s*(?:User|Assistant|System):\s")
+SPEAKER = re.compile(r"\s*(?:User|Assistant|System):\s")
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def split(text: str) -> list[Passage]:
     for s, e, n in spans:
         size = groups[-1][2] if groups else 0
         fits = size + n <= TARGET_WORDS or (size < MIN_WORDS and size + n <= MAX_WORDS)
-        if groups and fits and not _SPEAKER.match(text, s):
+        if groups and fits and not SPEAKER.match(text, s):
             groups[-1][1] = e
             groups[-1][2] += n
         else:

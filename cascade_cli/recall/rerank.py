@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cascade_cli.engine import Context
+from cascade_cli.engine import Context, Model
 from cascade_cli.engine.score import Job, mean_logprobs
 from cascade_cli.recall import index
 from cascade_cli.recall.select import Hit
@@ -41,11 +41,11 @@ class Candidate:
     score: float = field(default=-math.inf)
 
 
-def token_span(ctx: Context, tokens: Sequence[int], passage: str) -> tuple[int, int] | None:
+def token_span(model: Model, tokens: Sequence[int], passage: str) -> tuple[int, int] | None:
     """The tokens [start, end) of a chunk's `tokens` that hold `passage` (from the token its
     first character is in through the one its last is in; None: the chunk's text does not
     hold it)."""
-    pieces = [ctx.model.token_bytes(int(t)) for t in tokens]
+    pieces = [model.token_bytes(int(t)) for t in tokens]
     text = b"".join(pieces).decode("utf-8", "replace")
     at = text.find(passage)
     if at < 0:
@@ -82,7 +82,7 @@ def candidates(
         if row is None:
             continue
         at, tokens = placed[hit.chunk]
-        span = token_span(ctx, tokens, row.text)
+        span = token_span(ctx.model, tokens, row.text)
         if span is not None:
             out.append(Candidate(hit, row.text, at + span[0], at + span[1]))
     return out

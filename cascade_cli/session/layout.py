@@ -20,6 +20,9 @@ import numpy as np
 from cascade_cli.paging import catalog as docs
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import QUOTE_ROOM, Plan, Quote, Request, Turn, plan
+from cascade_cli.recall.focus import CUT, unmarked
+from cascade_cli.recall.passages import SPEAKER
+from cascade_cli.recall.rerank import token_span
 from cascade_cli.session.pages import Page
 from cascade_cli.session.template import Template
 
@@ -51,13 +54,23 @@ def frames(tpl: Template, documents: Sequence[docs.Document]) -> dict[str, tuple
 #: The role of the quote note: 'system' (a system message) or 'user' (a user message of its own,
 #: right before the question's). See BENCHMARKS.md, "one planner", for how they measured.
 NOTE_ROLE = "system"
+#: Whether a one-passage note copies the passage's cells from its recalled chunk in the window
+#: (moved to the note's positions) instead of decoding its tokens; see BENCHMARKS.md, "Quotes".
+COPY_QUOTE = True
 
 
-def note(tpl: Template, quotes: Sequence[Quote], room: int = QUOTE_ROOM) -> Page | None:
+def note(
+    tpl: Template,
+    quotes: Sequence[Quote],
+    room: int = QUOTE_ROOM,
+    source: Mapping[tuple[str, int], Page] | None = None,
+) -> Page | None:
     """A short note quoting the recalled passages, placed before the message: the recalled
     chunks keep their place in conversation order, and a small model that would not copy a
-    fact across thousands of tokens reads it again next to the question. Transient: decoded
-    wherever it is placed, never stored or kept. At most `room` tokens."""
+    fact across thousands of tokens reads it again next to the question. Transient: made
+    wherever it is placed, never stored or kept. At most `room` tokens. A single quote whose
+    chunk is in `source` (the pages recalled into the window) is the chunk's own tokens, so
+    the window can copy its cells there (Page.copy) instead of decoding them."""
     if not quotes:
         return None
     if NOTE_ROLE == "user":
@@ -65,14 +78,30 @@ def note(tpl: Template, quotes: Sequence[Quote], room: int = QUOTE_ROOM) -> Page
         tail = tpl.special(tpl.user_close)
     else:
         head, tail = tpl.special(tpl.sys_open), tpl.special(tpl.sys_close)
-    lines = [
-        (f"From {q.label}: " if q.label else "Said earlier: ") + " ".join(q.text.split())
-        for q in quotes
-    ]
+    labels = [f"From {q.label}: " if q.label else "Said earlier: " for q in quotes]
+    src = (source or {}).get((quotes[0].owner, quotes[0].chunk))
+    if COPY_QUOTE and len(quotes) == 1 and src is not None:
+        text, cut_start, cut_end = unmarked(quotes[0].text)
+        said = SPEAKER.match(text)  # a turn's indexed text names its speaker; its tokens do not
+        span = token_span(tpl.model, src.tokens, text[said.end() if said else 0 :])
+        if span is not None:
+            lead = head + tpl.plain(labels[0] + (f"{CUT} " if cut_start else ""))
+            end = tpl.plain(f" {CUT}") if cut_end else []
+            a, b = span
+            b = min(b, a + room - len(lead) - len(end) - len(tail))
+            if b > a:
+                tokens = lead + src.tokens[a:b] + end + tail
+                return Page(
+                    _note_key(tokens), tokens, transient=True, copy=(src.key, a, len(lead), b - a)
+                )
+    lines = [label + " ".join(q.text.split()) for label, q in zip(labels, quotes, strict=True)]
     body = tpl.plain("\n".join(lines))[: max(0, room - len(head) - len(tail))]
     tokens = head + body + tail
-    digest = hashlib.sha1(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:16]
-    return Page(f"quote:{digest}", tokens, transient=True)
+    return Page(_note_key(tokens), tokens, transient=True)
+
+
+def _note_key(tokens: Sequence[int]) -> str:
+    return "quote:" + hashlib.sha1(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:16]
 
 
 def lay_out(
@@ -104,6 +133,7 @@ def lay_out(
     key_of = {(t.owner, t.index): t.key for t, _ in history}
     names = {d.owner: d.name for d in documents}
     out = Layout([system], plan=laid)
+    source: dict[tuple[str, int], Page] = {}  # recalled pages, by (owner, chunk)
     for owner, idx in laid.recalled:  # documents first, each in its frame; then the turns
         if owner in around:
             opening, closing = around[owner]
@@ -111,6 +141,7 @@ def lay_out(
                 out.pages.append(Page(f"frame:{owner}:open", opening))
             page = page_of(f"{owner}:{idx}")
             out.pages.append(page)
+            source[(owner, idx)] = page
             out.labels[page.key] = f"{names[owner]} chunk {idx}"
             nxt = laid.recalled.index((owner, idx)) + 1
             if nxt >= len(laid.recalled) or laid.recalled[nxt][0] != owner:
@@ -118,10 +149,11 @@ def lay_out(
         else:
             key = key_of[(owner, idx)]
             out.pages.append(by_key[key])
+            source[(owner, idx)] = by_key[key]
             out.labels[key] = (labels or {}).get(key, key)
     done = [t for t in laid.kept if not t.current]
     out.pages += [by_key[t.key] for t in done]
-    quote = note(tpl, laid.quotes, laid.quote_room)
+    quote = note(tpl, laid.quotes, laid.quote_room, source)
     if quote is not None:
         out.pages.append(quote)
     out.pages += [by_key[t.key] for t in laid.kept if t.current]

@@ -43,7 +43,10 @@ class Page:
     key: str
     tokens: list[int] = field(repr=False)
     meta: ChunkMeta | None = field(default=None, repr=False)
-    transient: bool = False  # decoded afresh wherever it is placed, never kept (a quote)
+    transient: bool = False  # made afresh wherever it is placed, never kept (a quote)
+    #: (page key, offset, to, n): tokens[to : to + n] are that page's tokens[offset : offset + n],
+    #: whose cells the window copies (moved) while the page is placed, instead of decoding them
+    copy: tuple[str, int, int, int] | None = None
 
     @property
     def n(self) -> int:
@@ -171,6 +174,8 @@ class Pages:
                 tier = self._materialize(p, fresh[p.key], "ram" if p.key in warm else "disk")
                 if tier == "recomputed":
                     done.decoded += p.n
+                elif tier == "copied":
+                    done.decoded += p.n - (p.copy[3] if p.copy else 0)
                 if not p.transient:  # a quote is no chunk: counted nowhere
                     done.tiers[tier] += 1
                     if tier == "recomputed":
@@ -293,8 +298,10 @@ class Pages:
         )
 
     def _materialize(self, p: Page, at: int, tier: str) -> str:
-        """Put page `p` at the free positions from `at`: restored from RAM or disk, else
-        recomputed."""
+        """Put page `p` at the free positions from `at`: restored from RAM or disk, made with
+        cells copied from a page in the window (Page.copy), else recomputed."""
+        if p.copy is not None and self._copied(p, at):
+            return "copied"
         if self.stored(p):
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
@@ -319,6 +326,23 @@ class Pages:
             self.win.drop(end, end + p.n, slide=False)
             self.win.place(blob, at=at, shift=False)
         return "recomputed"
+
+    def _copied(self, p: Page, at: int) -> bool:
+        """Page `p` at the window's end, the cells it names copied from a page in the window and
+        moved to their new positions (llama.cpp keeps one position per cell, so a copy is the
+        cells saved and placed again); the rest of its tokens decoded. False: not possible here
+        (a recurrent or sliding-window model, the source not in the window, `at` not the end)."""
+        assert p.copy is not None
+        key, offset, to, n = p.copy
+        if self.win.recurrent or self.ctx.layout == "iswa" or key not in self.at:
+            return False
+        if at != self.win.end:
+            return False
+        p0 = self.at[key] + offset
+        self.win.append(p.tokens[:to])
+        self.win.place(self.win.save(p0, p0 + n))
+        self.win.append(p.tokens[to + n :])
+        return True
 
     def page_through(
         self,

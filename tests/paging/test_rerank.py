@@ -28,7 +28,7 @@ def test_kv_scores_equal_a_prefill_of_the_same_tokens(ctx: Context) -> None:
     ctx.decode(SINK + chunk + other, 0, 0, logits="none")
     at = len(SINK)
     text = NEEDLE
-    span = rerank.token_span(ctx, chunk, text)
+    span = rerank.token_span(ctx.model, chunk, text)
     assert span is not None and m.detokenize(chunk[span[0] : span[1]]).strip() == text
     start, end = span
     hit = Hit("doc:1", 0, 0.0, 0, ("bm25",))

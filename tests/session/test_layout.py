@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+import numpy as np
 import pytest
 
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model
+from cascade_cli.kv import blob as kvblob
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.verify import check
 from cascade_cli.session.chat import ChatSession
+from cascade_cli.session.pages import Page
 from tests.paging.helpers import NEEDLE, write_text
 
 WINDOW = 1024
@@ -89,4 +92,47 @@ def test_chat_with_a_document_skips_a_chunk_the_disk_budget_evicted(
         assert doc.chunk_key(hit) not in chat.pages.keys
         assert any("evicted by the disk budget" in n and "'needle'" in n for n in notes), notes
         assert any(k.startswith(f"{doc.owner}:") for k in chat.pages.keys)  # others recalled
+        chat.close()
+
+
+def test_a_quote_copies_its_passage_cells_from_the_recalled_turn(home: Path, ctx: Context) -> None:
+    """The note quoting a recalled turn is made of that turn's own cells, copied and moved to
+    the note's positions (only its frame is decoded); the model still answers from it."""
+    with _lib(home, ctx) as lib:
+        chat = ChatSession(ctx, lib, "copy", overrides=GREEDY)
+        _say(chat, "My locker code is 4417. Please remember it.")
+        text = write_text(home / "sample.txt", 9000).read_text(encoding="utf-8")
+        paras = [p.replace("\n", " ") for p in text.split("\n\n") if len(p) > 300]
+        for p in paras[:7]:
+            _say(chat, f"Here is a paragraph: {p[:600]} Summarize it in one sentence.")
+        assert chat.s.key(1) not in chat.pages.keys  # turn 1 left the window
+        win = chat.pages.win
+        seen: list[tuple[Page, bytes, bytes]] = []
+        apply = chat.pages.apply
+
+        def watch(*args: Any, **kwargs: Any) -> Any:  # look at the note before the reply
+            done = apply(*args, **kwargs)
+            for p in chat.pages.layout:
+                if p.transient and p.copy is not None:
+                    key, offset, to, n = p.copy
+                    src, dst = chat.pages.at[key] + offset, chat.pages.at[p.key] + to
+                    seen.append((p, bytes(win.save(src, src + n)), bytes(win.save(dst, dst + n))))
+            return done
+
+        chat.pages.apply = watch  # type: ignore[method-assign]
+        reply = _say(chat, "What is my locker code? Answer with the number only.")
+        assert "turn 1" in chat.last.recalled
+        assert len(seen) == 1, "the turn's passage was not copied into the note"
+        note, src, dst = seen[0]
+        key, offset, to, n = note.copy or ("", 0, 0, 0)
+        assert key == chat.s.key(1) and n >= 8
+        page = next(p for p in chat.pages.layout if p.key == key)
+        assert note.tokens[to : to + n] == page.tokens[offset : offset + n]
+        a, b = kvblob.parse(src), kvblob.parse(dst)
+        start = int(b.header.positions[0])
+        assert list(b.header.positions) == list(range(start, start + n))  # moved, in order
+        assert start > int(a.header.positions[-1])
+        for layer in range(len(a.v)):  # the very cells (V is not rotated), not a new decode
+            assert np.array_equal(a.v_rows(layer), b.v_rows(layer))
+        assert "4417" in reply, reply
         chat.close()
