@@ -12,11 +12,11 @@ from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import NotFoundError, StoreError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import ORDER, QUOTE, Request
+from cascade_cli.paging.plan import ORDER, QUOTE, Quote, Request
 from cascade_cli.paging.plan import plan as layout
 from cascade_cli.paging.plan import reserve as reserve_for
 from cascade_cli.paging.prompt import frame, question_tokens
-from cascade_cli.paging.quotes import rerank_quote
+from cascade_cli.paging.quotes import copied_quote, rerank_quote
 from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.sink import place_sink, sink_key
 from cascade_cli.paging.window import Window
@@ -89,6 +89,7 @@ def plan(
     quoted: list[str] | None = None,
     notice: Notice = quiet,
     found: list[Hit] | None = None,
+    picked: list[Quote] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(chunk indices to page in, in window order; question tokens): the planner's layout
     (paging/plan.py) for a question about `doc`, with `reserve` positions left for the answer.
@@ -110,6 +111,8 @@ def plan(
     q = question_tokens(ctx.model, fr, question, evidence, len(bare) + laid.quote_room)
     if quoted is not None:
         quoted.extend(evidence)
+    if picked is not None:
+        picked.extend(laid.quotes)
     return [c for _, c in laid.recalled], q
 
 
@@ -216,9 +219,10 @@ def ask(
     win = Window(ctx, window)
     t_recall = time.perf_counter()
     hits: list[Hit] = []
+    quotes: list[Quote] = []
     chosen, q = plan(
         ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order, quote,
-        result.passages, notice, hits,
+        result.passages, notice, hits, quotes,
     )  # fmt: skip
     t_recall = time.perf_counter() - t_recall
     keys = [doc.chunk_key(i) for i in chosen]
@@ -262,13 +266,20 @@ def ask(
     recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
-    if (
-        rerank == "llm" and not win.recurrent
-    ):  # issue 20: the generator picks the quote from the restored chunks
-        placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True)]
-        room = window - win.end - reserve
-        q = rerank_quote(ctx, lib, win, hits, placed, question, q, room, result)
-    win.append(q, logits="last")
+    placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True) if m.key in at]
+    copy = None
+    if rerank == "llm" and not win.recurrent:  # issue 20: the generator picks the quote
+        q = rerank_quote(
+            ctx, lib, win, hits, placed, question, q, window - win.end - reserve, result
+        )
+    elif len(quotes) == 1:  # the quote's cells are in the window already: copy them
+        made = copied_quote(ctx, win, quotes[0], placed, question, window - win.end - reserve)
+        if made is not None:
+            q, copy = made
+    if copy is not None:
+        win.append_copying(q, *copy, logits="last")
+    else:
+        win.append(q, logits="last")
     state = Generation(pos=win.end)
     pieces: list[str] = []
     first = 0.0
@@ -290,7 +301,9 @@ def ask(
         "recall_s": round(t_recall, 4),
         "restore_s": round(t_restore, 4),
         "restored_tokens": restored,
+        "copied_tokens": copy[2] if copy else 0,
         "prefill_tokens": len(q)
+        - (copy[2] if copy else 0)
         + recomputed
         + (len(prefix) if sink_tier == "recomputed" else 0)
         + sum(c["tokens"] for c in result.chunks if c["tier"] == "prefill"),

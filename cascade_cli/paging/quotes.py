@@ -1,6 +1,7 @@
-"""`ask`'s rerank step (issue 20): after the chunks are restored, the generator scores the top
-hits' passages by query likelihood from the window's own KV (recall.rerank) and the best one is
-the passage quoted before the question. Kept apart from the planner so that one call moves."""
+"""`ask`'s quote, after the chunks are restored: copied from the window (the quoted passage's
+cells are already there, in its chunk), or, with `--rerank llm` (issue 20), chosen by the
+generator's query likelihood from the window's own KV (recall.rerank). Kept apart from the
+planner so that one call moves."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any
 
 from cascade_cli.engine import Context
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import QUOTE_WORDS
-from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.paging.plan import QUOTE_WORDS, Quote
+from cascade_cli.paging.prompt import frame, question_tokens, quoted_question
 from cascade_cli.paging.window import WINDOW_SEQ, Window
 from cascade_cli.recall import rerank
-from cascade_cli.recall.focus import focus
+from cascade_cli.recall.focus import focus, unmarked
 from cascade_cli.recall.select import Hit
 from cascade_cli.store import ChunkMeta
 
@@ -58,3 +59,38 @@ def rerank_quote(
         ]  # fmt: skip
     result.timings["rerank_s"] = round(time.perf_counter() - t0, 4)
     return q
+
+
+def copied_quote(
+    ctx: Context,
+    win: Window,
+    quote: Quote,
+    placed: Sequence[tuple[int, ChunkMeta, int]],
+    question: str,
+    most: int,
+) -> tuple[list[int], tuple[int, int, int]] | None:
+    """The question tokens quoting `quote` with its chunks' own tokens, and (where they start,
+    their window position, count) for Window.append_copying; None where the cells cannot be
+    copied (a recurrent or sliding-window model, the text not in the quote's chunk and the
+    chunks placed next to it) or the tokens would pass `most`."""
+    if win.recurrent or ctx.layout == "iswa":
+        return None
+    run: list[int] = []  # the quote's chunk and its neighbours at adjacent window positions
+    start = -1
+    for _, meta, at in sorted(placed, key=lambda x: x[2]):
+        if at != start + len(run):
+            if any(idx == quote.chunk for idx, _, a in placed if start <= a < start + len(run)):
+                break
+            run, start = [], at
+        run += meta.tokens.tolist()
+    if not any(idx == quote.chunk for idx, _, a in placed if start <= a < start + len(run)):
+        return None
+    text, cut_start, cut_end = unmarked(quote.text)
+    span = rerank.token_span(ctx.model, run, text)
+    if span is None:
+        return None
+    a, b = span
+    tokens, to = quoted_question(
+        ctx.model, frame(ctx.model), question, run[a:b], (cut_start, cut_end)
+    )
+    return (tokens, (to, start + a, b - a)) if len(tokens) <= most else None

@@ -16,6 +16,11 @@ the middle or cut off. For them the window only grows at its end, remembers the 
 again what followed it; `save` serializes the whole state (a prefix snapshot), never a slice.
 A decode cut short (an exception, Ctrl-C) may have changed the state without `history`
 knowing: the window is then `dirty`, and the next use goes back to a mark first.
+
+A few tokens can be `defer`red: they take their positions at once and are decoded with the next
+`append`, in its batch (a quote note's closing tokens, with the message after it: a decode's
+cost here is mostly per call and per token, and a second small call costs ~30 ms on a CPU).
+Anything else that touches the cells decodes them first.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Window:
         self.recurrent = ctx.layout in ("recurrent", "hybrid")
         self.history: list[int] = []  # recurrent: the tokens at positions [0, end)
         self.marks: dict[int, npt.NDArray[np.uint8]] = {}  # recurrent: position -> whole state
+        self.pending: list[int] = []  # deferred: positions [end - len(pending), end)
         self.reset()
 
     def reset(self) -> None:
@@ -56,6 +62,7 @@ class Window:
         self.ctx.seq_rm(WINDOW_SEQ)
         self.ctx.seq_rm(SCRATCH_SEQ)
         self.end = 0
+        self.pending = []
         self.history = []
         self.marks = {}
         self.dirty = False  # recurrent: the state may not be the one `history` describes
@@ -76,10 +83,14 @@ class Window:
             )
 
     def append(self, tokens: Sequence[int], logits: str = "none") -> npt.NDArray[np.float32]:
-        """Decode tokens at the end of the window."""
+        """Decode tokens at the end of the window (after any deferred ones, in one batch)."""
         self._check(len(tokens))
         if not self.recurrent:
-            out = self.ctx.decode(list(tokens), self.end, WINDOW_SEQ, logits=logits)
+            if logits == "all":
+                self.flush()
+            ahead, self.pending = self.pending, []
+            at = self.end - len(ahead)
+            out = self.ctx.decode(ahead + list(tokens), at, WINDOW_SEQ, logits=logits)
             self.end += len(tokens)
             return out
         self._resync()
@@ -91,6 +102,39 @@ class Window:
         self.end += len(tokens)
         self.history.extend(tokens)
         return out
+
+    def defer(self, tokens: Sequence[int]) -> None:
+        """Give `tokens` the next positions now and decode them with the next `append`."""
+        if self.recurrent:
+            self.append(tokens)
+            return
+        self._check(len(tokens))
+        self.pending += tokens
+        self.end += len(tokens)
+
+    def flush(self) -> None:
+        """Decode the deferred tokens now."""
+        if self.pending:
+            ahead, self.pending = self.pending, []
+            self.ctx.decode(ahead, self.end - len(ahead), WINDOW_SEQ, logits="none")
+
+    def append_copying(
+        self, tokens: Sequence[int], to: int, src: int, n: int, logits: str = "none"
+    ) -> npt.NDArray[np.float32]:
+        """`append(tokens)`, except that tokens[to : to + n] are not decoded: they are the
+        window's cells at positions [src, src + n), copied and moved here (a quote of a chunk
+        already in the window). logits 'defer': the tokens after them are deferred (`defer`).
+        Plain layouts only: a recurrent state has no cells to copy, and a sliding-window cache
+        has dropped those far back."""
+        if self.recurrent or self.ctx.layout == "iswa":
+            raise RuntimeError("cells are copied in a plain KV cache only")
+        if to:
+            self.append(tokens[:to])
+        self.place(self.save(src, src + n))
+        if logits == "defer":
+            self.defer(tokens[to + n :])
+            return np.empty(0, dtype=np.float32)
+        return self.append(tokens[to + n :], logits=logits)
 
     def _resync(self) -> None:
         """Recurrent, after a decode cut short: back to the newest mark, then decode again
@@ -145,6 +189,7 @@ class Window:
         position `at`, moving the cells from `at` on up to make room (`shift=False`: the
         positions [at, at + n) are free, nothing moves); returns its token count."""
         self._fixed("placed at a position")
+        self.flush()
         hdr = kvblob.header(blob)
         n = hdr.n_cells
         at = self.end if at is None else at
@@ -179,6 +224,7 @@ class Window:
             if p1 != self.end:
                 raise RuntimeError("a recurrent state is saved whole, at the window's end")
             return self.ctx.state_get(WINDOW_SEQ, out)
+        self.flush()
         self.ctx.seq_cp(WINDOW_SEQ, SCRATCH_SEQ, p0, p1)
         try:
             return self.ctx.state_get(SCRATCH_SEQ, out)
@@ -189,6 +235,7 @@ class Window:
         """Remove [p0, p1) from the window and slide everything after it down (`slide=False`:
         leave a gap of free positions; nothing moves)."""
         self._fixed("cut")
+        self.flush()
         self.ctx.seq_rm(WINDOW_SEQ, p0, p1)
         if slide:
             self.ctx.seq_add(WINDOW_SEQ, p1, -1, p0 - p1)
@@ -200,6 +247,9 @@ class Window:
         """Forget every cell from position `end` on (a decode cut short, a reply undone).
         Recurrent: back to the newest snapshot at or before `end`, then decode the rest."""
         if not self.recurrent:
+            if end <= self.end - len(self.pending):
+                self.pending = []  # never decoded: nothing to undo
+            self.flush()
             self.ctx.seq_rm(WINDOW_SEQ, end, -1)
             self.end = end
             return
@@ -221,4 +271,5 @@ class Window:
         """Shift the positions of the cells in [p0, p1) (p1 = -1: to the end) by `delta`; the
         positions they move to must be free. llama.cpp re-ropes the cache on the next decode."""
         self._fixed("moved")
+        self.flush()
         self.ctx.seq_add(WINDOW_SEQ, p0, p1, delta)

@@ -78,7 +78,7 @@ def note(
         tail = tpl.special(tpl.user_close)
     else:
         head, tail = tpl.special(tpl.sys_open), tpl.special(tpl.sys_close)
-    labels = [f"From {q.label}: " if q.label else "Said earlier: " for q in quotes]
+    labels = [f"From {q.label}: " if q.label else "" for q in quotes]
     src = (source or {}).get((quotes[0].owner, quotes[0].chunk))
     if COPY_QUOTE and len(quotes) == 1 and src is not None:
         text, cut_start, cut_end = unmarked(quotes[0].text)

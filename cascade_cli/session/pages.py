@@ -328,20 +328,17 @@ class Pages:
         return "recomputed"
 
     def _copied(self, p: Page, at: int) -> bool:
-        """Page `p` at the window's end, the cells it names copied from a page in the window and
-        moved to their new positions (llama.cpp keeps one position per cell, so a copy is the
-        cells saved and placed again); the rest of its tokens decoded. False: not possible here
-        (a recurrent or sliding-window model, the source not in the window, `at` not the end)."""
+        """Page `p` at the window's end, the cells it names copied from a page in the window
+        (Window.append_copying), the tokens before them decoded, those after them deferred to
+        the next append (the message's). False: not possible here (a recurrent or
+        sliding-window model, the source not in the window, `at` not the end)."""
         assert p.copy is not None
         key, offset, to, n = p.copy
         if self.win.recurrent or self.ctx.layout == "iswa" or key not in self.at:
             return False
         if at != self.win.end:
             return False
-        p0 = self.at[key] + offset
-        self.win.append(p.tokens[:to])
-        self.win.place(self.win.save(p0, p0 + n))
-        self.win.append(p.tokens[to + n :])
+        self.win.append_copying(p.tokens, to, self.at[key] + offset, n, logits="defer")
         return True
 
     def page_through(

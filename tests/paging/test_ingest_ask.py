@@ -9,7 +9,7 @@ import pytest
 
 from cascade_cli.engine import Context
 from cascade_cli.paging import ingest as ingest_mod
-from cascade_cli.paging.ask import plan
+from cascade_cli.paging.ask import AskResult, ask, plan
 from cascade_cli.paging.ingest import IngestStatus, chunks, ingest, pieces
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
@@ -105,3 +105,18 @@ def test_a_whitespace_only_chunk_is_indexed_once(
                  notice=notes.append))  # fmt: skip
         assert not [n for n in notes if "once" in n], notes
     assert not check(lib.disk).damaged
+
+
+def test_the_quote_is_copied_from_its_restored_chunk(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    """`ask` quotes the needle's passage with the chunk's own tokens and copies their cells
+    from the restored chunk (only the frame and the question are decoded); the answer holds."""
+    src = write_text(tmp_path / "needle.txt", 7000, needle=NEEDLE)
+    doc = run_ingest(ctx, lib, src, "needle")
+    res = AskResult(doc="needle")
+    answer = "".join(ask(ctx, lib, doc, "What is the pass key?", res, window=WINDOW, max_tokens=12))
+    assert any("48213" in p for p in res.passages), res.passages
+    copied = res.timings["copied_tokens"]
+    assert copied >= len(ctx.model.tokenize("The pass key is 48213."))
+    assert "48213" in answer, answer
