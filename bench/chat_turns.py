@@ -143,11 +143,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int)
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--chars", type=int, default=800, help="rss: characters of each message")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     args.turns = args.turns or (50 if args.what == "cost" else 200)
     set_verbose(False)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = resolve({"gpu_cache_size": args.window, "disk_cache_path": tmp, "threads": 1})
+        cfg = resolve(
+            {"gpu_cache_size": args.window, "disk_cache_path": tmp, "threads": args.threads}
+        )
         model = Model(MODEL)
         with (
             Context(model, args.window + 256, 4, 512, cfg.n_threads) as ctx,
