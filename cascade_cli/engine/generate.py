@@ -24,6 +24,10 @@ class TokenStream:
     def flush(self) -> str:
         return self._dec.decode(b"", final=True)
 
+    def buffering(self) -> bool:
+        """Whether bytes of an incomplete character are waiting for the next token."""
+        return bool(self._dec.getstate()[0])
+
 
 @dataclass
 class Generation:
@@ -48,60 +52,90 @@ def generate(
     `limit` is the first position the sequence may not use (default: the context size).
     With the sampler's repetition guard on ('stop', or 'dry' behind which it stands), the reply
     ends once its words loop (engine.loops): the copy that completes the loop is held back
-    while it forms and then dropped, from the text and from state (tokens, pos), so neither the
-    reader nor the window ever holds it.
+    while it forms and then dropped. Whenever the reply ends — a loop, or the consumer closing
+    the generator (Ctrl-C, a client gone) — state keeps only the tokens of the text yielded
+    (state.tokens, and state.pos no further), so the window and the transcript hold exactly
+    what was shown.
     """
     model = ctx.model
     stream = TokenStream()
     guard = LoopGuard() if sampler.settings.guard != "off" else None
     limit = ctx.n_ctx if limit is None else limit
-    held: list[tuple[str, int]] = []  # pieces the guard holds back, with their token counts
+    pos0, base = state.pos, len(state.tokens)
+    held: list[_Held] = []  # pieces the guard holds back
     count = 0  # tokens since the last piece
-    for _ in range(max_tokens):
-        token = sampler.sample(ctx, -1)
-        if model.is_eog(token):
-            state.stopped_by = "eog"
-            break
-        state.tokens.append(token)
-        count += 1
-        piece = stream.push(model.token_bytes(token))
-        if piece and guard is None:
-            yield piece
-        elif piece and guard is not None:
-            held.append((piece, count))
-            if guard.push(piece):
-                drop = _drop(held, guard.cut)
-                del state.tokens[len(state.tokens) - drop :]
-                state.pos -= drop - 1  # every dropped token but this one was decoded
-                state.stopped_by = "loop"
-                yield from (text for text, _ in held)
-                return
-            while held and sum(len(text) for text, _ in held[1:]) >= guard.hold:
-                yield held.pop(0)[0]
-        if piece:
-            count = 0
-        if state.pos >= limit:
-            state.stopped_by = "context_full"
-            break
-        try:
-            ctx.decode([token], state.pos, seq_id)
-        except ContextFullError:
-            state.stopped_by = "context_full"
-            break
-        state.pos += 1
-    else:
-        state.stopped_by = "max_tokens"
-    yield from (text for text, _ in held)
-    tail = stream.flush()
-    if tail:
-        yield tail
+    shown = 0  # tokens whose text was yielded
+
+    def keep_shown() -> None:
+        del state.tokens[base + shown :]
+        state.pos = min(state.pos, pos0 + shown)
+
+    try:
+        for _ in range(max_tokens):
+            token = sampler.sample(ctx, -1)
+            if model.is_eog(token):
+                state.stopped_by = "eog"
+                break
+            state.tokens.append(token)
+            count += 1
+            piece = stream.push(model.token_bytes(token))
+            if piece and guard is None:
+                shown, count = shown + count, 0
+                yield piece
+            elif piece and guard is not None:
+                if held and held[-1].open:  # a character split across pieces stays whole
+                    held[-1].text += piece
+                    held[-1].tokens += count
+                else:
+                    held.append(_Held(piece, count))
+                held[-1].open, count = stream.buffering(), 0
+                if guard.push(piece):
+                    _drop(held, guard.cut)
+                    state.stopped_by = "loop"
+                    while held:
+                        shown += held[0].tokens
+                        yield held.pop(0).text
+                    keep_shown()
+                    return
+                while (
+                    held and not held[0].open and sum(len(h.text) for h in held[1:]) >= guard.hold
+                ):
+                    shown += held[0].tokens
+                    yield held.pop(0).text
+            if state.pos >= limit:
+                state.stopped_by = "context_full"
+                break
+            try:
+                ctx.decode([token], state.pos, seq_id)
+            except ContextFullError:
+                state.stopped_by = "context_full"
+                break
+            state.pos += 1
+        else:
+            state.stopped_by = "max_tokens"
+        while held:
+            shown += held[0].tokens
+            yield held.pop(0).text
+        tail = stream.flush()
+        if tail:
+            shown, count = shown + count, 0
+            yield tail
+    except BaseException:  # the consumer stopped reading (GeneratorExit), Ctrl-C, a failure
+        keep_shown()  # what was not yielded is not kept
+        raise
 
 
-def _drop(held: list[tuple[str, int]], cut: int) -> int:
-    """Remove the held pieces that reach into the last `cut` characters; their token count."""
-    tokens = 0
+@dataclass
+class _Held:
+    """A piece the repetition guard holds back, the tokens it took, and whether it ends inside
+    a character (the next piece completes it and joins it)."""
+
+    text: str
+    tokens: int
+    open: bool = False
+
+
+def _drop(held: list[_Held], cut: int) -> None:
+    """Remove the held pieces that reach into the last `cut` characters."""
     while held and cut > 0:
-        text, n = held.pop()
-        cut -= len(text)
-        tokens += n
-    return tokens
+        cut -= len(held.pop().text)

@@ -92,10 +92,11 @@ def quoted_question(
     """`question_tokens` with one quoted line whose text is `span`, a chunk's own token ids
     (so the window can copy their cells instead of decoding them): the tokens, and where
     `span` starts in them. `cut`: whether the quote's start and end were cut (marked CUT)."""
-    gap = "" if model.token_bytes(span[0])[:1].isspace() else " "
-    mark = f"{CUT} " if cut[0] else ""
+    line = f"- {CUT} " if cut[0] else "- "
+    if model.token_bytes(span[0])[:1].isspace():
+        line = line.rstrip(" ")  # the quoted tokens bring their own space
     lead = tokenize_parts(
-        model, [(fr.after_doc, True), ("Most relevant lines:\n", True), (f"-{gap}{mark}", False)]
+        model, [(fr.after_doc, True), ("Most relevant lines:\n", True), (line, False)]
     )
     end = (f" {CUT}" if cut[1] else "") + "\n"
     rest = tokenize_parts(model, [(end, False), ("\n", True), *_tail(fr, question)])

@@ -45,6 +45,8 @@ def token_span(model: Model, tokens: Sequence[int], passage: str) -> tuple[int, 
     """The tokens [start, end) of a chunk's `tokens` that hold `passage` (from the token its
     first character is in through the one its last is in; None: the chunk's text does not
     hold it)."""
+    if not passage.strip():
+        return None
     pieces = [model.token_bytes(int(t)) for t in tokens]
     text = b"".join(pieces).decode("utf-8", "replace")
     at = text.find(passage)

@@ -85,7 +85,10 @@ def note(
         said = SPEAKER.match(text)  # a turn's indexed text names its speaker; its tokens do not
         span = token_span(tpl.model, src.tokens, text[said.end() if said else 0 :])
         if span is not None:
-            lead = head + tpl.plain(labels[0] + (f"{CUT} " if cut_start else ""))
+            words = labels[0] + (f"{CUT} " if cut_start else "")
+            if tpl.model.token_bytes(src.tokens[span[0]])[:1].isspace():
+                words = words.rstrip(" ")  # the quoted tokens bring their own space
+            lead = head + tpl.plain(words)
             end = tpl.plain(f" {CUT}") if cut_end else []
             a, b = span
             b = min(b, a + room - len(lead) - len(end) - len(tail))

@@ -101,3 +101,20 @@ def test_flags_are_documented_and_checked(tmp_path: Path) -> None:
     assert_one_line_error(bad, "repeat_guard")
     bad = run_cli(["ask", "doc", "question?", "--rerank", "bm25"], tmp_path)
     assert_one_line_error(bad, "rerank")
+
+
+def test_a_reply_closed_early_keeps_only_what_was_shown(ctx: Context) -> None:
+    """A consumer that stops reading (Ctrl-C, a client gone) leaves state holding the tokens of
+    the text it got, even while the guard held words back."""
+    tokens = ctx.model.chat_tokens([("user", LOOPING)])
+    for guard in ("off", "dry"):
+        ctx.clear()
+        ctx.decode(tokens, 0, 0)
+        state = Generation(pos=len(tokens))
+        settings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard=guard)
+        with Sampler(settings, ctx.model) as sampler:
+            pieces = generate(ctx, sampler, 0, state, 60)
+            got = [next(pieces) for _ in range(6)]
+            pieces.close()
+        assert ctx.model.detokenize(state.tokens) == "".join(got), guard
+        assert len(tokens) + len(state.tokens) - 1 <= state.pos <= len(tokens) + len(state.tokens)

@@ -6,6 +6,7 @@ import numpy as np
 
 from cascade_cli import kv
 from cascade_cli.engine import Context
+from cascade_cli.kv import blob as kvblob
 from cascade_cli.paging.window import SCRATCH_SEQ, WINDOW_SEQ, Window
 from tests.kl import kl_rows
 from tests.paging.helpers import sample_text
@@ -33,3 +34,43 @@ def test_place_moves_chunks_like_llama_seq_add(ctx: Context) -> None:
     assert kv.header(blob).positions[0] == 300  # the caller's state is not modified
     assert float(kl_rows(logits[0], logits[1]).max()) < 0.02
     assert np.array_equal(logits[0].argmax(1), logits[1].argmax(1))
+
+
+def test_deferred_tokens_decode_with_the_next_append(ctx: Context) -> None:
+    """`defer` gives tokens their positions at once and decodes them in the next append's batch
+    (same logits as decoding them first); any other operation decodes them first, and a cut
+    below them forgets them undecoded."""
+    toks = ctx.model.tokenize(sample_text(1000))
+    head, note, msg = toks[:40], toks[40:42], toks[42:60]
+    win = Window(ctx, 512)
+    win.append(head + note)
+    plain = win.append(msg, logits="last")
+    win.reset()
+    win.append(head)
+    win.defer(note)
+    assert win.end == 42 and ctx.pos_max(WINDOW_SEQ) == 39  # positions taken, not decoded
+    merged = win.append(msg, logits="last")
+    assert win.end == 60 and ctx.pos_max(WINDOW_SEQ) == 59 and not win.pending
+    assert float(kl_rows(plain[None, :], merged[None, :]).max()) < 1e-3
+    win.defer(toks[60:63])
+    win.save(0, 10)  # anything that reads the cells decodes the deferred tokens first
+    assert ctx.pos_max(WINDOW_SEQ) == 62 and not win.pending
+    win.defer(toks[63:66])
+    win.truncate(63)  # cut below them: never decoded
+    assert (win.end, ctx.pos_max(WINDOW_SEQ), win.pending) == (63, 62, [])
+
+
+def test_copied_cells_take_the_positions_after_the_decoded_tokens(ctx: Context) -> None:
+    """append_copying: tokens[:to] decoded, the cells [src, src + n) placed after them with V
+    bit for bit, the rest decoded (or deferred) after them."""
+    toks = ctx.model.tokenize(sample_text(1000))
+    win = Window(ctx, 512)
+    win.append(toks[:100])
+    note = toks[200:203] + toks[20:30] + toks[210:212]
+    win.append_copying(note, 3, 20, 10, logits="defer")
+    assert win.end == 115 and len(win.pending) == 2 and ctx.pos_max(WINDOW_SEQ) == 112
+    src, dst = kvblob.parse(win.save(20, 30)), kvblob.parse(win.save(103, 113))
+    assert list(dst.header.positions) == list(range(103, 113))
+    for layer in range(len(src.v)):
+        assert np.array_equal(src.v_rows(layer), dst.v_rows(layer))
+    assert ctx.pos_max(WINDOW_SEQ) == 114  # save decoded the deferred closing tokens
