@@ -268,12 +268,13 @@ def ask(
     t_restore = time.perf_counter() - t_plan
     placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True) if m.key in at]
     copy = None
+    room = window - win.end - reserve
+    picked = quotes[0] if len(quotes) == 1 else None
     if rerank == "llm" and not win.recurrent:  # issue 20: the generator picks the quote
-        q = rerank_quote(
-            ctx, lib, win, hits, placed, question, q, window - win.end - reserve, result
-        )
-    elif len(quotes) == 1:  # the quote's cells are in the window already: copy them
-        made = copied_quote(ctx, win, quotes[0], placed, question, window - win.end - reserve)
+        q, reranked = rerank_quote(ctx, lib, win, hits, placed, question, q, room, result)
+        picked = reranked or picked
+    if picked is not None:  # the quote's cells are in the window already: copy them
+        made = copied_quote(ctx, win, picked, placed, question, room)
         if made is not None:
             q, copy = made
     if copy is not None:

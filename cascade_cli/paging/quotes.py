@@ -30,11 +30,13 @@ def rerank_quote(
     q: list[int],
     room: int,
     result: Any,
-) -> list[int]:
-    """The question tokens to decode: quoting the best-scoring candidate passage where any was
-    scored and its quote fits `room` tokens (else `q` unchanged). `placed`: (chunk index, meta,
-    window position) of each restored chunk. Fills result.quotes and timings["rerank_s"]."""
+) -> tuple[list[int], Quote | None]:
+    """The question tokens to decode, quoting the best-scoring candidate passage where any was
+    scored and its quote fits `room` tokens (else `q` unchanged), and that quote (None: not
+    made). `placed`: (chunk index, meta, window position) of each restored chunk. Fills
+    result.quotes and timings["rerank_s"]."""
     t0 = time.perf_counter()
+    chosen = None
     seqs = [s for s in range(ctx.n_seq_max) if s != WINDOW_SEQ]
     by_chunk = {idx: (at, meta.tokens.tolist()) for idx, meta, at in placed}
     cands = (
@@ -52,13 +54,14 @@ def rerank_quote(
         if len(mine) <= room:
             q = mine
             result.passages = [text]
+            chosen = Quote(text, best.hit.owner, best.hit.chunk, "")
         result.quotes = [
             {"chunk": c.hit.chunk, "passage": c.hit.passage, "score": round(c.score, 4),
              "quoted": c is best and q is mine, "text": c.text}
             for c in cands
         ]  # fmt: skip
     result.timings["rerank_s"] = round(time.perf_counter() - t0, 4)
-    return q
+    return q, chosen
 
 
 def copied_quote(
