@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from cascade_cli.engine.context import Context
@@ -45,7 +45,7 @@ def generate(
     state: Generation,
     max_tokens: int,
     limit: int | None = None,
-) -> Iterator[str]:
+) -> Generator[str, None, None]:
     """Sample after the last decode (its last row must have logits) and yield text pieces.
 
     Each sampled token is decoded back into seq_id at state.pos; state is updated in place.

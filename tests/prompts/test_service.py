@@ -191,8 +191,10 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         misses = lib.disk.stats.pending()[0].get(("window", "misses"), 0)
         again = svc.chat(_msgs(*convo), GREEDY)
         again.text()
-        quoted = sum(p.n for p in svc.pages.layout if p.transient)  # decoded each time
-        assert again.result.timings.prompt_n == len(svc.tpl.user(convo[-1][1])) + quoted
+        notes = [p for p in svc.pages.layout if p.transient]  # made again each time: its
+        assert len(notes) == 1 and notes[0].copy is not None  # frame decoded, quote copied
+        framed = notes[0].n - notes[0].copy[3]
+        assert again.result.timings.prompt_n == len(svc.tpl.user(convo[-1][1])) + framed
         # the same passage quoted again does not unsettle the window (nothing restored)
         assert lib.disk.stats.pending()[0].get(("window", "misses"), 0) - misses <= 1
         # a last message longer than the recent turns' share takes the window (recall and the
