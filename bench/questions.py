@@ -46,6 +46,20 @@ class _Lib:
         self.embedder_factory = (lambda: Embedder(EMBED, threads=2)) if embed else None
 
 
+def indexed_recall(disk: DiskStore, texts: list[str], starts: list[int]) -> Recall:
+    """Recall over the chunks' texts as `doc:1`, indexed as ingest does (once per store), every
+    passage embedded in this thread (ingest's embedding thread runs at lower priority, which a
+    busy machine starves)."""
+    lexical_only = Recall(_Lib(disk, embed=False))
+    if lexical_only.indexed("doc:1") != set(range(len(texts))):
+        for i, t in enumerate(texts):
+            lexical_only.index("doc:1", i, t, starts[i])
+    lexical_only.close()
+    recall = Recall(_Lib(disk, embed=True))
+    recall.search(["doc:1"], "warm up", "semantic")  # embeds every passage
+    return recall
+
+
 def chunk_texts(model: Model, text: str, block: int) -> list[str]:
     """The chunks ingest would store, as text (paging.ingest.chunks without a context)."""
     from cascade_cli.paging.ingest import pieces
@@ -89,16 +103,8 @@ def run_book(model: Model, book: str, window: int, block: int) -> dict[str, floa
     # the index is kept per book and passage settings, so fusion changes rerun in seconds
     tag = f"{book}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}"
     with DiskStore.open(WORK / "questions" / tag, "questions-bench") as disk:
-        # index as ingest does, then embed in this thread (ingest's embedding thread runs at
-        # lower priority, which a busy machine starves)
         t0 = time.perf_counter()
-        lexical_only = Recall(_Lib(disk, embed=False))
-        if lexical_only.indexed("doc:1") != set(range(len(texts))):
-            for i, t in enumerate(texts):
-                lexical_only.index("doc:1", i, t, starts[i])
-        lexical_only.close()
-        recall = Recall(_Lib(disk, embed=True))
-        recall.search(["doc:1"], "warm up", "semantic")  # embeds every passage
+        recall = indexed_recall(disk, texts, starts)
         index_s = time.perf_counter() - t0
         counts = recall.passage_counts("doc:1")
         res = {"ask": 0, "hybrid@1": 0, "hybrid@3": 0, "bm25@1": 0, "semantic@1": 0, "old": 0}

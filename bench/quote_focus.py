@@ -21,10 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.questions import DATA, MODEL, QUESTIONS, WORK, _Lib, chunk_texts  # noqa: E402
+from bench.questions import DATA, MODEL, QUESTIONS, WORK, chunk_texts, indexed_recall  # noqa: E402
 from cascade_cli.engine import Model, set_verbose  # noqa: E402
 from cascade_cli.paging.plan import QUOTE  # noqa: E402
-from cascade_cli.recall import Recall  # noqa: E402
 from cascade_cli.recall.focus import focus  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
 from cascade_cli.recall.select import to_quote  # noqa: E402
@@ -47,13 +46,7 @@ def run_book(model: Model, book: str, block: int, widths: list[int]) -> dict[str
     for w in widths:
         res |= {f"ev@{w}": 0, f"term@{w}": 0, f"tok@{w}": 0}
     with DiskStore.open(WORK / "questions" / tag, "questions-bench") as disk:
-        lexical_only = Recall(_Lib(disk, embed=False))
-        if lexical_only.indexed("doc:1") != set(range(len(texts))):
-            for i, t in enumerate(texts):
-                lexical_only.index("doc:1", i, t, starts[i])
-        lexical_only.close()
-        recall = Recall(_Lib(disk, embed=True))
-        recall.search(["doc:1"], "warm up", "semantic")  # embeds every passage
+        recall = indexed_recall(disk, texts, starts)
         for q in qs:
             ev = flat(q["evidence"])
             hits = recall.search(["doc:1"], q["q"], "hybrid", subject=True)

@@ -26,12 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.questions import DATA, MODEL, QUESTIONS, WORK, _Lib, chunk_texts  # noqa: E402
+from bench.questions import DATA, MODEL, QUESTIONS, WORK, chunk_texts, indexed_recall  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.engine.score import Job, mean_logprobs  # noqa: E402
 from cascade_cli.paging.plan import arrange  # noqa: E402
 from cascade_cli.paging.prompt import frame  # noqa: E402
-from cascade_cli.recall import Recall, fill, index  # noqa: E402
+from cascade_cli.recall import fill, index  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
 from cascade_cli.recall.rerank import question_job  # noqa: E402
 from cascade_cli.recall.select import to_quote  # noqa: E402
@@ -58,13 +58,7 @@ def run_book(ctx: Context, book: str, window: int, block: int, n: int) -> dict[s
     res |= {f"rerank@{k}_tokens": 0 for k in range(1, n + 1)}
     score_s: list[float] = []
     with DiskStore.open(WORK / "questions" / tag, "questions-bench") as disk:
-        lexical_only = Recall(_Lib(disk, embed=False))
-        if lexical_only.indexed("doc:1") != set(range(len(texts))):
-            for i, t in enumerate(texts):
-                lexical_only.index("doc:1", i, t, starts[i])
-        lexical_only.close()
-        recall = Recall(_Lib(disk, embed=True))
-        recall.search(["doc:1"], "warm up", "semantic")  # embeds every passage
+        recall = indexed_recall(disk, texts, starts)
         counts = recall.passage_counts("doc:1")
         for q in qs:
             ev = flat(q["evidence"])
