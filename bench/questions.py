@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,6 +45,18 @@ class _Lib:
     def __init__(self, disk: DiskStore, embed: bool) -> None:
         self.disk = disk
         self.embedder_factory = (lambda: Embedder(EMBED, threads=2)) if embed else None
+
+
+def load_book(model: Model, book: str, block: int) -> tuple[list[Any], list[str], list[int]]:
+    """A book's hand-written questions, its chunks as text, and each chunk's first character
+    (plus the end)."""
+    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
+    qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
+    texts = chunk_texts(model, text, block)
+    starts = [0]
+    for t in texts:
+        starts.append(starts[-1] + len(t))
+    return qs, texts, starts
 
 
 def indexed_recall(disk: DiskStore, texts: list[str], starts: list[int]) -> Recall:
@@ -92,12 +105,7 @@ def old_top1(texts: list[str], question: str) -> int:
 
 
 def run_book(model: Model, book: str, window: int, block: int) -> dict[str, float]:
-    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
-    qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
-    texts = chunk_texts(model, text, block)
-    starts = [0]
-    for t in texts:
-        starts.append(starts[-1] + len(t))
+    qs, texts, starts = load_book(model, book, block)
     joined = "".join(texts)
     budget = (window - 41 - 32 - 256) // block  # prefix, question, answer reserve as in ask
     # the index is kept per book and passage settings, so fusion changes rerun in seconds

@@ -14,14 +14,13 @@ every paging chat turn) decodes before the question.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.questions import DATA, MODEL, QUESTIONS, WORK, chunk_texts, indexed_recall  # noqa: E402
+from bench.questions import MODEL, WORK, indexed_recall, load_book  # noqa: E402
 from cascade_cli.engine import Model, set_verbose  # noqa: E402
 from cascade_cli.paging.plan import QUOTE  # noqa: E402
 from cascade_cli.recall.focus import focus  # noqa: E402
@@ -35,12 +34,7 @@ def flat(text: str) -> str:
 
 
 def run_book(model: Model, book: str, block: int, widths: list[int]) -> dict[str, int]:
-    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
-    qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
-    texts = chunk_texts(model, text, block)
-    starts = [0]
-    for t in texts:
-        starts.append(starts[-1] + len(t))
+    qs, texts, starts = load_book(model, book, block)
     tag = f"{book}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}"
     res = {"questions": 0, "quoted": 0}
     for w in widths:

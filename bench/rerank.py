@@ -17,7 +17,6 @@ candidates score the same question tokens.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.questions import DATA, MODEL, QUESTIONS, WORK, chunk_texts, indexed_recall  # noqa: E402
+from bench.questions import MODEL, WORK, indexed_recall, load_book  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.engine.score import Job, mean_logprobs  # noqa: E402
 from cascade_cli.paging.plan import arrange  # noqa: E402
@@ -44,12 +43,7 @@ def flat(text: str) -> str:
 
 def run_book(ctx: Context, book: str, window: int, block: int, n: int) -> dict[str, int]:
     model = ctx.model
-    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
-    qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
-    texts = chunk_texts(model, text, block)
-    starts = [0]
-    for t in texts:
-        starts.append(starts[-1] + len(t))
+    qs, texts, starts = load_book(model, book, block)
     prefix = frame(model).prefix
     budget = (window - len(prefix) - 32 - 256) // block
     tag = f"{book}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}"
