@@ -72,22 +72,22 @@ def copied_quote(
     question: str,
     most: int,
 ) -> tuple[list[int], tuple[int, int, int]] | None:
-    """The question tokens quoting `quote` with its chunks' own tokens, and (where they start,
+    """The question tokens quoting `quote` with its chunk's own tokens, and (where they start,
     their window position, count) for Window.append_copying; None where the cells cannot be
-    copied (a recurrent or sliding-window model, the text not in the quote's chunk and the
-    chunks placed next to it) or the tokens would pass `most`."""
-    if win.recurrent or ctx.layout == "iswa":
+    copied (`Window.copies`; the text not in the quote's chunk and the neighbours restored
+    right before and after it, where a passage across a chunk edge continues) or the tokens
+    would pass `most`."""
+    where = {idx: (meta, at) for idx, meta, at in placed}
+    if not win.copies or quote.chunk not in where:
         return None
-    run: list[int] = []  # the quote's chunk and its neighbours at adjacent window positions
-    start = -1
-    for _, meta, at in sorted(placed, key=lambda x: x[2]):
-        if at != start + len(run):
-            if any(idx == quote.chunk for idx, _, a in placed if start <= a < start + len(run)):
-                break
-            run, start = [], at
-        run += meta.tokens.tolist()
-    if not any(idx == quote.chunk for idx, _, a in placed if start <= a < start + len(run)):
-        return None
+    meta, start = where[quote.chunk]
+    run = meta.tokens.tolist()
+    before = where.get(quote.chunk - 1)
+    if before is not None and before[1] + before[0].n_tokens == start:
+        run, start = before[0].tokens.tolist() + run, before[1]
+    after = where.get(quote.chunk + 1)
+    if after is not None and after[1] == start + len(run):
+        run += after[0].tokens.tolist()
     text, cut_start, cut_end = unmarked(quote.text)
     span = rerank.token_span(ctx.model, run, text)
     if span is None:

@@ -103,6 +103,12 @@ class Window:
         self.history.extend(tokens)
         return out
 
+    @property
+    def copies(self) -> bool:
+        """Whether cells can be copied within the window (append_copying): a plain KV cache
+        (a recurrent state has no cells, a sliding-window cache has dropped those far back)."""
+        return not self.recurrent and self.ctx.layout != "iswa"
+
     def defer(self, tokens: Sequence[int]) -> None:
         """Give `tokens` the next positions now and decode them with the next `append`."""
         if self.recurrent:
@@ -124,9 +130,8 @@ class Window:
         """`append(tokens)`, except that tokens[to : to + n] are not decoded: they are the
         window's cells at positions [src, src + n), copied and moved here (a quote of a chunk
         already in the window). logits 'defer': the tokens after them are deferred (`defer`).
-        Plain layouts only: a recurrent state has no cells to copy, and a sliding-window cache
-        has dropped those far back."""
-        if self.recurrent or self.ctx.layout == "iswa":
+        Only where `copies`."""
+        if not self.copies:
             raise RuntimeError("cells are copied in a plain KV cache only")
         if to:
             self.append(tokens[:to])

@@ -334,9 +334,7 @@ class Pages:
         sliding-window model, the source not in the window, `at` not the end)."""
         assert p.copy is not None
         key, offset, to, n = p.copy
-        if self.win.recurrent or self.ctx.layout == "iswa" or key not in self.at:
-            return False
-        if at != self.win.end:
+        if not self.win.copies or key not in self.at or at != self.win.end:
             return False
         self.win.append_copying(p.tokens, to, self.at[key] + offset, n, logits="defer")
         return True
