@@ -8,8 +8,9 @@ starts a conversation about passages of *Emma* (≈ 650 tokens a turn); processe
 after the first hold at least --windows × --window tokens. The store is then copied; a 4th
 process asks the direct question, a 5th (on the copy) a paraphrase. A trial counts when the
 code's digits are in the answer; the table also says whether turn 1 was recalled (the stderr
-marker). Controls, no paging: the direct question right after turn 1, and after turn 1 and three
-more turns (≈ 2,000 tokens, all still in the window).
+marker). Controls, no paging: the direct question and the paraphrase right after turn 1 (each in
+a session of its own), and the direct question after turn 1 and three more turns (≈ 2,000 tokens,
+all still in the window; --distance N of them).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.chat_common import TEXT, WORDINGS, chat, env, filler, home  # noqa: E402
-
-DIRECT, PARAPHRASE = WORDINGS["tuned"]
 
 
 def tokens(where: Path, session: str) -> int:
@@ -53,10 +52,14 @@ def main() -> None:
     ap.add_argument("--control", type=int, default=3)
     ap.add_argument("--text", type=Path, default=TEXT, help="the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS))
+    ap.add_argument("--distance", type=int, default=None, help="distance controls (--control)")
+    ap.add_argument("--home", default=None, help="bench/.work/NAME (default: by the text)")
     args = ap.parse_args()
     flags = ["--gpu-cache-size", str(args.window), "--temperature", "0", "--max-tokens", "32"]
     rng = random.Random(9)
-    where = home("chat-memory" if args.text == TEXT else f"chat-memory-{args.text.stem}")
+    where = home(
+        args.home or ("chat-memory" if args.text == TEXT else f"chat-memory-{args.text.stem}")
+    )
     print("| trial | code | later tokens | processes | direct | recalled | paraphrase |"
           " recalled |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
@@ -90,25 +93,34 @@ def main() -> None:
             flush=True,
         )
     print(f"direct {hits['direct']}/{args.trials}, paraphrase {hits['paraphrase']}/{args.trials}")
-    ok = 0
-    for trial in range(args.control):
+    direct_q, para_q = WORDINGS[args.wording]
+    got = {"direct": 0, "paraphrase": 0}
+    for trial in range(args.control):  # each wording in a session of its own
         code = str(rng.randrange(1000, 10000))
-        name = f"c{trial}"
-        chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
-        answer, _ = ask(where, name, DIRECT, flags)
-        ok += code in answer
-    print(f"control (turn 1 right before the question): {ok}/{args.control}")
+        for kind, question in (("direct", direct_q), ("paraphrase", para_q)):
+            name = f"c{trial}-{kind}"
+            chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
+            answer, _ = ask(where, name, question, flags)
+            got[kind] += code in answer
+            print(
+                f"control {trial} {kind}: {code}, {'yes' if code in answer else 'no: ' + answer[:60]}"
+            )
+    print(
+        f"control (turn 1 right before the question): direct {got['direct']}/{args.control}, "
+        f"paraphrase {got['paraphrase']}/{args.control}"
+    )
     ok = 0
-    for trial in range(args.control):
+    distance = args.control if args.distance is None else args.distance
+    for trial in range(distance):
         code = str(rng.randrange(1000, 10000))
         name = f"d{trial}"
         chat(where, name, [f"My locker code is {code}. Please remember it."], *flags)
         chat(where, name, filler(3, seed=300 + trial, chars=2600), *flags)
-        answer, recalled = ask(where, name, DIRECT, flags)
+        answer, recalled = ask(where, name, direct_q, flags)
         ok += code in answer
         print(f"distance control {trial}: {tokens(where, name)} tokens, nothing paged out"
               f" ({recalled}), {'yes' if code in answer else 'no: ' + answer[:40]}")  # fmt: skip
-    print(f"control (turn 1 in the window, 3 turns before the question): {ok}/{args.control}")
+    print(f"control (turn 1 in the window, 3 turns before the question): {ok}/{distance}")
 
 
 if __name__ == "__main__":

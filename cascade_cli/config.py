@@ -19,7 +19,8 @@ FLASH_ATTN = ("auto", "on", "off")
 RECALL = ("hybrid", "bm25", "semantic")
 #: Repetition guards (engine.sampler.GUARDS): DRY, stop on a loop, off.
 REPEAT_GUARDS = ("dry", "stop", "off")
-#: `ask`'s passage rerank (recall.rerank.RERANKS): the generator's query likelihood, or off.
+#: The quote's passage rerank for ask, chat and serve (recall.rerank.RERANKS): the generator's
+#: query likelihood, or off.
 RERANKS = ("llm", "off")
 
 _UNITS = {
@@ -121,7 +122,7 @@ class Settings:
     recall: str = "hybrid"
     embed_model: str = "minilm-l6"
     repeat_guard: str = "dry"  # ask, chat and serve replies (REPEAT_GUARDS)
-    rerank: str = "off"  # ask: which recalled passage is quoted (RERANKS; BENCHMARKS: off)
+    rerank: str = "off"  # which recalled passage is quoted (RERANKS; BENCHMARKS: off)
     # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
     allow_origins: tuple[str, ...] = ()
     max_body_size: int = 4 * 1024**2

@@ -63,15 +63,7 @@ def ask_cmd(
             min=0.0,
         ),
     ] = 1.0,
-    rerank: Annotated[
-        str | None,
-        typer.Option(
-            "--rerank",
-            help="Which recalled passage is quoted: llm (the generator scores the top hits' "
-            "passages by how likely it finds the question after each, from their restored KV; "
-            "the best is quoted) or off (the --quote policy). Default: the rerank setting, off.",
-        ),
-    ] = None,
+    rerank: opt.Rerank = None,
     repeat_guard: opt.RepeatGuard = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,

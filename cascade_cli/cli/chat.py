@@ -84,7 +84,8 @@ def _stats(session: ChatSession) -> None:
     out.print(
         shown(
             f"last turn: first token {last.ttft_s:.3f}s (recall {last.recall_s * 1000:.0f} ms, "
-            f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
+            + (f"rerank {last.rerank_s * 1000:.0f} ms, " if last.rerank_s else "")
+            + f"layout {last.layout_s * 1000:.0f} ms, prefill {last.prefill_s * 1000:.0f} ms), "
             f"recalled: {', '.join(last.recalled) or '-'}"
         )
     )
@@ -196,6 +197,7 @@ def chat(
     compression: opt.Compression = None,
     flash_attn: opt.FlashAttn = None,
     recall: opt.RecallMode = None,
+    rerank: opt.Rerank = None,
     embed_model: opt.EmbedModel = None,
     repeat_guard: opt.RepeatGuard = None,
 ) -> None:
@@ -215,6 +217,7 @@ def chat(
             compression=compression,
             flash_attn=flash_attn,
             recall=recall,
+            rerank=rerank,
             embed_model=embed_model,
             repeat_guard=repeat_guard,
         )

@@ -55,6 +55,16 @@ RecallMode = Annotated[
         "--recall", help="How chunks are recalled: hybrid (BM25 + embeddings), bm25 or semantic."
     ),
 ]
+Rerank = Annotated[
+    str | None,
+    typer.Option(
+        "--rerank",
+        help="Which recalled passage is quoted before the question: llm (the generator scores "
+        "the top hits' passages by how likely it finds the question after each, from their "
+        "cells in the window; the best is quoted) or off (the quote policy). Default: the "
+        "rerank setting, off.",
+    ),
+]
 EmbedModel = Annotated[
     str | None,
     typer.Option(

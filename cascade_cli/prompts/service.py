@@ -197,9 +197,10 @@ class PromptService(Replier):
             self.pages.page_through(system, older, reserve, stop=run.stop)
         run.result.recall_s = laid.plan.recall_s
         run.result.recalled = list(laid.labels)
-        run.prompt_tokens = laid.tokens + need
         placed = self.pages.apply(laid.pages, room=need + reserve, stop=run.stop)
+        run.prompt_tokens = self.pages.used + need  # the note placed may be another (rerank)
         run.decoded += placed.decoded
+        run.result.timings.rerank_ms = laid.rerank_s * 1000
 
     def _page_of(self, key: str) -> Page:
         raise InputError(f"no document chunk {key!r} in an API conversation", "")

@@ -54,6 +54,7 @@ class Timings:
     predicted_n: int = 0
     predicted_ms: float = 0.0
     prompt_tokens: int = 0  # the whole prompt, as the request renders it
+    rerank_ms: float = 0.0  # cascade's own: scoring the quote's passages (the rerank setting)
 
     def count(self, prompt_tokens: int, decoded: int) -> None:
         """Set the prompt's counts from its size and the tokens decoded for it."""

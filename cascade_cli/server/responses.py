@@ -43,6 +43,7 @@ def timings(t: Timings) -> dict[str, Any]:
     return {
         "cache_n": t.cache_n,
         "prompt_n": t.prompt_n,
+        "rerank_ms": round(t.rerank_ms, 3),
         "prompt_ms": round(t.prompt_ms, 3),
         "prompt_per_token_ms": round(prompt_per_token, 3),
         "prompt_per_second": round(prompt_per_second, 3),

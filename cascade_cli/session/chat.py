@@ -33,6 +33,7 @@ class TurnStats:
     """Timings of the last turn (seconds) and what paging did for it."""
 
     recall_s: float = 0.0
+    rerank_s: float = 0.0  # scoring the quote's passages (the rerank setting)
     layout_s: float = 0.0
     prefill_s: float = 0.0
     ttft_s: float = 0.0
@@ -87,6 +88,7 @@ class ChatSession(SessionState):
             drop_unfinished(self)  # blocks of a long message cut short
             raise
         self.count(placed)
+        stats.rerank_s = laid.rerank_s
         stats.layout_s = placed.seconds
         stats.paged_out = placed.dropped
         stats.paged_in = sum(placed.tiers.values())

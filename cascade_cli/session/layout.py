@@ -12,17 +12,31 @@ in it.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from cascade_cli.paging import catalog as docs
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import QUOTE_ROOM, Plan, Quote, Request, Turn, plan
-from cascade_cli.recall.focus import CUT, unmarked
+from cascade_cli.paging.plan import (
+    QUOTE_ROOM,
+    QUOTE_WORDS,
+    Plan,
+    Quote,
+    Request,
+    Turn,
+    plan,
+    query_of,
+)
+from cascade_cli.paging.window import WINDOW_SEQ, Window
+from cascade_cli.recall import rerank
+from cascade_cli.recall.focus import CUT, focus, unmarked
 from cascade_cli.recall.passages import SPEAKER
 from cascade_cli.recall.rerank import token_span
+from cascade_cli.recall.select import Hit
 from cascade_cli.session.pages import Page
 from cascade_cli.session.template import Template
 
@@ -34,6 +48,10 @@ class Layout:
     pages: list[Page]
     labels: dict[str, str] = field(default_factory=dict)
     plan: Plan = field(default_factory=Plan)
+    #: with the `rerank` setting 'llm', once the window is laid out: the notes' passages scored
+    #: (owner, chunk, passage, score, quoted, text) and the seconds scoring took
+    scored: list[dict[str, Any]] = field(default_factory=list)
+    rerank_s: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -158,6 +176,64 @@ def lay_out(
     out.pages += [by_key[t.key] for t in done]
     quote = note(tpl, laid.quotes, laid.quote_room, source)
     if quote is not None:
+        if lib.settings.rerank == "llm":
+            _rerank(lib, tpl, out, source, names, query, system.n, quote)
         out.pages.append(quote)
     out.pages += [by_key[t.key] for t in laid.kept if t.current]
     return out
+
+
+def _rerank(
+    lib: Library,
+    tpl: Template,
+    out: Layout,
+    source: Mapping[tuple[str, int], Page],
+    names: Mapping[str, str],
+    query: str,
+    sink: int,
+    first: Page,
+) -> None:
+    """Let the note `first` become, once the window holds the recalled pages, the note of the
+    passage the generator finds the question likeliest after (recall.rerank, as `ask --rerank
+    llm`): the best passage of each of the first rerank.N recalled hits whose note copies its
+    cells. Scored from the pages' own cells in the window; `out.scored`, `out.rerank_s`."""
+    question = query_of(query)
+    notes: list[tuple[Page, Quote, Hit]] = []
+    for h in out.plan.hits:
+        if len(notes) >= rerank.N:
+            break
+        if (h.owner, h.chunk) not in source:
+            continue
+        text = focus("".join(lib.recall.passage_texts([h])), question, QUOTE_WORDS)
+        quote = Quote(text, h.owner, h.chunk, names.get(h.owner, ""))
+        page = note(tpl, [quote], out.plan.quote_room, source)
+        fresh = page is not None and all(page.key != p.key for p, _, _ in notes)
+        if page is not None and page.copy is not None and fresh:
+            notes.append((page, quote, h))
+    if len(notes) < 2 or first.copy is None:
+        return
+
+    def choose(win: Window, at: Mapping[str, int], most: int) -> Page:
+        t0 = time.perf_counter()
+        ctx = win.ctx
+        seqs = [s for s in range(ctx.n_seq_max) if s != WINDOW_SEQ]
+        cands: list[tuple[rerank.Candidate, Page, Quote]] = []
+        for page, quote, hit in notes:
+            key, offset, _, n = page.copy or ("", 0, 0, 0)
+            if key in at and page.n <= most:
+                span = rerank.Candidate(hit, quote.text, at[key] + offset, at[key] + offset + n)
+                cands.append((span, page, quote))
+        if len(cands) < 2 or not win.copies or not seqs:
+            return first
+        win.flush()
+        rerank.score(ctx, WINDOW_SEQ, sink, [c for c, _, _ in cands], question, seqs)
+        best = max(cands, key=lambda c: c[0].score)
+        out.scored = [
+            {"owner": q.owner, "chunk": q.chunk, "score": round(c.score, 4),
+             "quoted": c is best[0], "text": q.text}
+            for c, _, q in cands
+        ]  # fmt: skip
+        out.rerank_s = time.perf_counter() - t0
+        return best[1]
+
+    first.choose = choose

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +47,11 @@ class Page:
     #: (page key, offset, to, n): tokens[to : to + n] are that page's tokens[offset : offset + n],
     #: whose cells the window copies (moved) while the page is placed, instead of decoding them
     copy: tuple[str, int, int, int] | None = None
+    #: a transient page that may give way, when it is placed last, to another made for the
+    #: window as it then is (window, page starts, most tokens); session/layout's rerank
+    choose: Callable[[Window, Mapping[str, int], int], Page] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def n(self) -> int:
@@ -171,7 +176,10 @@ class Pages:
             if p.key in fresh:
                 if stop is not None and stop():
                     raise Cancelled("the request was cancelled while its prompt was decoded")
-                tier = self._materialize(p, fresh[p.key], "ram" if p.key in warm else "disk")
+                start = fresh[p.key]
+                if p.choose is not None and i == len(target) - 1:
+                    p = p.choose(self.win, self.at, self.win.limit - start - room)
+                tier = self._materialize(p, start, "ram" if p.key in warm else "disk")
                 if tier == "recomputed":
                     done.decoded += p.n
                 elif tier == "copied":
@@ -180,7 +188,7 @@ class Pages:
                     done.tiers[tier] += 1
                     if tier == "recomputed":
                         done.recomputed_tokens += p.n
-                self.at[p.key] = fresh[p.key]
+                self.at[p.key] = start
                 self.layout.insert(i, p)
         self.lib.disk.stats.add("window", "hits", done.kept)
         self.lib.disk.stats.add(

@@ -17,6 +17,7 @@ from cascade_cli.prompts.render import segments
 from cascade_cli.prompts.service import PromptService
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Message, Params
+from cascade_cli.server.responses import timings
 
 WINDOW = 1024
 GREEDY = Params(temperature=0.0, max_tokens=16)
@@ -35,8 +36,8 @@ def ref(model: object) -> Iterator[Context]:
         yield c
 
 
-def _lib(home: Path, ctx: Context, window: int = WINDOW) -> Library:
-    cfg = Settings(gpu_cache_size=window, disk_cache_path=home / "store", threads=1)
+def _lib(home: Path, ctx: Context, window: int = WINDOW, rerank: str = "off") -> Library:
+    cfg = Settings(gpu_cache_size=window, disk_cache_path=home / "store", threads=1, rerank=rerank)
     return Library(cfg, ctx)
 
 
@@ -211,6 +212,39 @@ def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
         huge = [*convo[:-1], ("user", pasted * 3 + "What is my locker code?")]
         with pytest.raises(ContextFullError, match="the last message is"):
             svc.chat(_msgs(*huge), GREEDY)
+
+
+def test_rerank_llm_scores_the_recalled_passages_and_reports_it(home: Path, ctx: Context) -> None:
+    """With the rerank setting 'llm' the server's note is chosen among the recalled turns'
+    passages from their cells in the window; timings say how long it took, and the usage
+    counts the note that was placed."""
+    window = 512
+    with _lib(home, ctx, window, rerank="llm") as lib:
+        svc = PromptService(ctx, lib, window=window)
+        convo = [
+            ("system", "You are a helpful assistant."),
+            ("user", "My locker code is 4417. Please remember it."),
+            ("assistant", "I will remember that your locker code is 4417."),
+            ("user", "My bike lock code is 9021, not the locker one."),
+            ("assistant", "Noted: the bike lock code is 9021."),
+        ]
+        for topic in ["rivers", "bread", "chess", "glass", "winter", "trains", "tea", "birds"]:
+            convo += [
+                ("user", f"Tell me something about {topic}, in two or three sentences."),
+                ("assistant", f"Here is something about {topic}. " * 6),
+            ]
+        convo.append(("user", "What are my locker code and my lock code? Numbers only."))
+        reply = svc.chat(_msgs(*convo), GREEDY)
+        reply.text()
+        t = reply.result.timings
+        assert t.rerank_ms > 0
+        assert timings(t)["rerank_ms"] == round(t.rerank_ms, 3)
+        notes = [p for p in svc.pages.layout if p.transient]
+        assert len(notes) == 1 and notes[0].copy is not None  # the chosen passage, copied
+        assert notes[0].copy[0] in reply.result.recalled
+        turn = len(svc.tpl.user(convo[-1][1]))
+        placed = sum(p.n for p in svc.pages.layout[:-1])  # all but the new turn
+        assert t.prompt_tokens == placed + turn and t.cache_n == t.prompt_tokens - t.prompt_n
 
 
 def test_message_text_is_never_parsed_as_special_tokens(home: Path, ctx: Context) -> None:

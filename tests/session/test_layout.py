@@ -136,3 +136,49 @@ def test_a_quote_copies_its_passage_cells_from_the_recalled_turn(home: Path, ctx
             assert np.array_equal(a.v_rows(layer), b.v_rows(layer))
         assert "4417" in reply, reply
         chat.close()
+
+
+def test_rerank_llm_picks_the_note_from_the_recalled_turns_cells(home: Path, ctx: Context) -> None:
+    """With the rerank setting 'llm' the note is the passage (of the recalled turns) after which
+    the generator finds the message likeliest, scored from the turns' cells in the window, and
+    it is that passage's cells the note copies."""
+    cfg = Settings(
+        gpu_cache_size=WINDOW, block_size=128, disk_cache_path=home / "store", threads=1,
+        rerank="llm",
+    )  # fmt: skip
+    with Library(cfg, ctx, any_model=True) as lib:
+        chat = ChatSession(ctx, lib, "rerank", overrides=GREEDY)
+        _say(chat, "My locker code is 4417. Please remember it.")
+        _say(chat, "My bike lock code is 9021, not the locker one.")
+        text = write_text(home / "sample.txt", 9000).read_text(encoding="utf-8")
+        paras = [p.replace("\n", " ") for p in text.split("\n\n") if len(p) > 300]
+        for p in paras[:7]:
+            _say(chat, f"Here is a paragraph: {p[:600]} Summarize it in one sentence.")
+        assert chat.s.key(1) not in chat.pages.keys and chat.s.key(2) not in chat.pages.keys
+        layouts: list[Any] = []
+        import cascade_cli.session.chat as chat_mod
+
+        lay_out = chat_mod.lay_out
+
+        def watch(*args: Any, **kwargs: Any) -> Any:
+            layouts.append(lay_out(*args, **kwargs))
+            return layouts[-1]
+
+        chat_mod.lay_out = watch
+        try:
+            _say(chat, "What is my locker code or my lock code? Answer with the numbers only.")
+        finally:
+            chat_mod.lay_out = lay_out
+        laid = layouts[-1]
+        assert len(laid.scored) >= 2, laid.scored  # both turns' passages were scored
+        quoted = [s for s in laid.scored if s["quoted"]]
+        assert len(quoted) == 1 and quoted[0]["score"] == max(s["score"] for s in laid.scored)
+        assert all(np.isfinite(s["score"]) and s["score"] < 0 for s in laid.scored)
+        assert laid.rerank_s > 0 and chat.last.rerank_s == laid.rerank_s
+        note = next(p for p in chat.pages.layout if p.transient)
+        key, _, to, n = note.copy or ("", 0, 0, 0)
+        src = next(p for p in chat.pages.layout if p.key == key)
+        assert src.key == chat.s.key(int(quoted[0]["chunk"])) and quoted[0]["chunk"] in (1, 2)
+        said = ctx.model.detokenize(note.tokens[to : to + n])
+        assert said.strip() and said.strip() in quoted[0]["text"]
+        chat.close()
