@@ -24,6 +24,7 @@ import json
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -255,6 +256,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         disk_cache_path=where / "store",
         threads=int(os.environ.get("CASCADE_THREADS", "2")),
         gpu_cache_size=args.window,
+        rerank=args.rerank,
     )
     rows = []
     with (
@@ -275,13 +277,17 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
                 text = reply.text()
                 row[name] = _said(trial["code"], text)
                 row[f"{name}_answer"] = text.strip()[:60]
+                row[f"{name}_rerank_ms"] = round(reply.result.timings.rerank_ms, 1)
             rows.append(row)
             print(json.dumps(row), flush=True)
     for name in ("direct", "paraphrase"):
+        ms = sorted(r[f"{name}_rerank_ms"] for r in rows if r[f"{name}_rerank_ms"] > 0)
         print(
-            f"quote {args.quote} copy {args.copy}: {name} {sum(r[name] for r in rows)}/{len(rows)}"
+            f"quote {args.quote} copy {args.copy} rerank {args.rerank}: {name} "
+            f"{sum(r[name] for r in rows)}/{len(rows)}; reranked {len(ms)}/{len(rows)}, ms "
+            f"median {statistics.median(ms) if ms else 0:.0f}, max {max(ms, default=0):.0f}"
         )
-    return {"quote": args.quote, "copy": args.copy, "trials": rows}
+    return {"quote": args.quote, "copy": args.copy, "rerank": args.rerank, "trials": rows}
 
 
 def _client_script(c: int, n: int) -> list[str]:
@@ -368,6 +374,7 @@ def main() -> None:
     ap.add_argument("--quote", default="tops", choices=["tops", "best", "agree", "off"])
     ap.add_argument("--note", default="system", choices=["system", "user"], help="replay")
     ap.add_argument("--copy", default="on", choices=["on", "off"], help="replay: copy quote cells")
+    ap.add_argument("--rerank", default="off", choices=["off", "llm"], help="replay: rerank")
     ap.add_argument("--where", type=Path, default=None, help="replay: a copy of a locker home")
     ap.add_argument("--text", type=Path, default=TEXT, help="locker, replay: the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")
@@ -381,7 +388,7 @@ def main() -> None:
     jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
     result = jobs[args.what](args)
     tag = (
-        f"-quote-{args.quote}-{args.note}-{args.wording}-copy-{args.copy}"
+        f"-quote-{args.quote}-{args.note}-{args.wording}-copy-{args.copy}-rerank-{args.rerank}"
         if args.what == "replay"
         else ""
     )
