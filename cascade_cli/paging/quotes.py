@@ -45,8 +45,9 @@ def rerank_quote(
         else rerank.candidates(ctx, lib.recall, hits, by_chunk)
     )
     if cands:
-        sink = len(frame(ctx.model).prefix)
-        rerank.score(ctx, WINDOW_SEQ, sink, cands, question, seqs)
+        if len(cands) > 1:  # one candidate is quoted without a decode: there is no choice
+            sink = len(frame(ctx.model).prefix)
+            rerank.score(ctx, WINDOW_SEQ, sink, cands, question, seqs)
         best = max(cands, key=lambda c: c.score)
         (text,) = lib.recall.passage_texts([best.hit])
         text = focus(text, question, QUOTE_WORDS)
@@ -56,7 +57,8 @@ def rerank_quote(
             result.passages = [text]
             chosen = Quote(text, best.hit.owner, best.hit.chunk, "")
         result.quotes = [
-            {"chunk": c.hit.chunk, "passage": c.hit.passage, "score": round(c.score, 4),
+            {"chunk": c.hit.chunk, "passage": c.hit.passage,
+             "score": round(c.score, 4) if len(cands) > 1 else None,
              "quoted": c is best and q is mine, "text": c.text}
             for c in cands
         ]  # fmt: skip

@@ -66,3 +66,31 @@ def test_ask_quotes_the_passage_the_generator_ranks_first(
     "".join(ask(ctx, lib, doc, "What is the pass key?", off, window=512, max_tokens=16,
                 rerank="off"))  # fmt: skip
     assert off.quotes == [] and off.timings["rerank_s"] == 0.0
+
+
+def test_a_single_candidate_is_quoted_without_a_decode(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    """A document of one chunk gives the rerank one passage to choose from: it is quoted as is
+    (`score` None), and nothing is decoded to score it."""
+    path = tmp_path / "one.txt"
+    path.write_text(f"A short note about the harbour.\n\n{NEEDLE}\n", encoding="utf-8")
+    doc = run_ingest(ctx, lib, path, "one")
+    assert doc.chunks == 1
+    calls: list[int] = []
+    score = rerank.score
+
+    def counted(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        score(*args, **kwargs)  # type: ignore[arg-type]
+
+    rerank.score = counted
+    try:
+        result = AskResult(doc="one")
+        answer = "".join(ask(ctx, lib, doc, "What is the pass key?", result, window=512,
+                             max_tokens=16, rerank="llm"))  # fmt: skip
+    finally:
+        rerank.score = score
+    assert not calls
+    assert [q["score"] for q in result.quotes] == [None] and result.quotes[0]["quoted"]
+    assert "48213" in result.passages[0] and "48213" in answer
