@@ -128,7 +128,9 @@ class Context:
         self.n_ctx = int(ll.llama_n_ctx(handle))
         self.n_seq_max = n_seq_max
         self.n_batch = n_batch
+        self.n_threads = n_threads
         self.n_vocab = model.n_vocab
+        self._scratch: Context | None = None
         try:
             self._batch = Batch(n_batch)
         except BaseException:
@@ -147,8 +149,27 @@ class Context:
         attention is on) is not part of it: the pager converts it on decode."""
         return self.model.fingerprint(self.type_k, self.type_v)
 
+    def scratch(self, n_ctx: int) -> Context:
+        """A small context beside this one, at least `n_ctx` cells: the same model, threads,
+        attention and KV types (so seq-state blobs move between them), kept and closed with
+        this one. For short decodes that must attend over a few cells, not over every cell of
+        this context (a decode's attention spans all of a context's cells in use, masked)."""
+        if self._scratch is not None and self._scratch.n_ctx < n_ctx:
+            self._scratch.close()
+            self._scratch = None
+        if self._scratch is None:
+            size = -(-max(n_ctx, 512) // 256) * 256
+            self._scratch = Context(
+                self.model, size, self.n_seq_max, min(self.n_batch, 256), self.n_threads,
+                "on" if self.flash_attn else "off", self.type_k, self.type_v, self.swa_full,
+            )  # fmt: skip
+        return self._scratch
+
     def close(self) -> None:
-        """Free the batch and the context."""
+        """Free the batch and the context (and its scratch context)."""
+        if self._scratch is not None:
+            self._scratch.close()
+            self._scratch = None
         self._batch.close()
         if self._h is not None:
             ll.llama_free(self._h)

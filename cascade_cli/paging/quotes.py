@@ -13,7 +13,7 @@ from cascade_cli.engine import Context
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import QUOTE_WORDS, Quote
 from cascade_cli.paging.prompt import frame, question_tokens, quoted_question
-from cascade_cli.paging.window import WINDOW_SEQ, Window
+from cascade_cli.paging.window import Window
 from cascade_cli.recall import rerank
 from cascade_cli.recall.focus import focus, unmarked
 from cascade_cli.recall.select import Hit
@@ -37,17 +37,16 @@ def rerank_quote(
     result.quotes and timings["rerank_s"]."""
     t0 = time.perf_counter()
     chosen = None
-    seqs = [s for s in range(ctx.n_seq_max) if s != WINDOW_SEQ]
     by_chunk = {idx: (at, meta.tokens.tolist()) for idx, meta, at in placed}
     cands = (
         []
-        if ctx.layout == "iswa" or not seqs
+        if ctx.layout == "iswa" or ctx.n_seq_max < 2
         else rerank.candidates(ctx, lib.recall, hits, by_chunk)
     )
     if cands:
         if len(cands) > 1:  # one candidate is quoted without a decode: there is no choice
             sink = len(frame(ctx.model).prefix)
-            rerank.score(ctx, WINDOW_SEQ, sink, cands, question, seqs)
+            rerank.score(ctx, win.save, sink, cands, question)
         best = max(cands, key=lambda c: c.score)
         (text,) = lib.recall.passage_texts([best.hit])
         text = focus(text, question, QUOTE_WORDS)

@@ -1,21 +1,22 @@
 """Query-likelihood reranking (UPR, Sachan et al. 2022): a candidate passage is scored by the
 generator's own length-normalised log P(question | passage) — no training, no second model.
 
-The passages' chunks are already in the window when `ask` reranks, so a candidate is scored
-from that KV, not by prefilling its text: a scoring sequence shares (llama.cpp seq_cp, no copy)
-the window's attention-sink cells and the passage's own cells — those before and after it
-dropped, though a chunk's cells carry what ingest's sliding window saw before them — and decodes
-only a short cue and the question's tokens. Up to one candidate per free sequence is scored in
-each decode.
+The passages' chunks are already in the window when a question is reranked, so a candidate is
+scored from that KV, not by prefilling its text: a scoring sequence holds the window's
+attention-sink cells and the passage's own cells, copied into a small scratch context beside the
+window (those before and after the passage left out, though a chunk's cells carry what ingest's
+sliding window saw before them), and decodes only a short cue and the question's tokens. Up to
+one candidate per spare sequence is scored in each decode.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cascade_cli.engine import Context, Model
+from cascade_cli.engine.context import Buffer
 from cascade_cli.engine.score import Job, mean_logprobs
 from cascade_cli.recall import index
 from cascade_cli.recall.select import Hit
@@ -98,27 +99,38 @@ def question_job(ctx: Context, question: str) -> tuple[list[int], int]:
 
 def score(
     ctx: Context,
-    window_seq: int,
+    save: Callable[[int, int], Buffer],
     sink: int,
     cands: Sequence[Candidate],
     question: str,
-    seqs: Sequence[int],
 ) -> None:
     """Set each candidate's score: the mean log-probability of the question's tokens after the
-    sink (positions 0..sink) and the passage's cells, decoded in the free sequences `seqs`
-    (emptied again afterwards)."""
+    sink's cells (positions [0, sink)) and the passage's. Both are taken from the window
+    (`save(p0, p1)`: its seq-state blob of the cells in [p0, p1)) into the context's scratch
+    context, where the question attends over them alone — in the window it would attend over
+    every cell the window holds, most of a scoring decode's cost at 4,096 cells. One decode per
+    group of candidates (one per spare sequence)."""
+    if not cands:
+        return
     tokens, lead = question_job(ctx, question)
-    for first in range(0, len(cands), len(seqs)):
-        group = cands[first : first + len(seqs)]
-        jobs = []
-        try:
+    sizes = sorted(c.end - c.start + len(tokens) for c in cands)
+    scratch = ctx.scratch(sink + sum(sizes[-(ctx.n_seq_max - 1) :]))
+    seqs = range(1, scratch.n_seq_max)
+    scratch.clear()
+    try:
+        if sink:
+            scratch.state_set(0, save(0, sink))
+        for first in range(0, len(cands), len(seqs)):
+            group = cands[first : first + len(seqs)]
+            jobs = []
             for seq, cand in zip(seqs, group, strict=False):
-                ctx.seq_rm(seq)
-                ctx.seq_cp(window_seq, seq, 0, sink)
-                ctx.seq_cp(window_seq, seq, cand.start, cand.end)
+                scratch.state_set(seq, save(cand.start, cand.end))
+                if sink:
+                    scratch.seq_cp(0, seq, 0, sink)
                 jobs.append(Job(seq, cand.end, tokens, lead))
-            for cand, value in zip(group, mean_logprobs(ctx, jobs), strict=True):
+            for cand, value in zip(group, mean_logprobs(scratch, jobs), strict=True):
                 cand.score = value
-        finally:
             for seq in seqs:
-                ctx.seq_rm(seq)
+                scratch.seq_rm(seq)
+    finally:
+        scratch.clear()

@@ -31,7 +31,7 @@ from cascade_cli.paging.plan import (
     plan,
     query_of,
 )
-from cascade_cli.paging.window import WINDOW_SEQ, Window
+from cascade_cli.paging.window import Window
 from cascade_cli.recall import rerank
 from cascade_cli.recall.focus import CUT, focus, unmarked
 from cascade_cli.recall.passages import SPEAKER
@@ -215,18 +215,15 @@ def _rerank(
 
     def choose(win: Window, at: Mapping[str, int], most: int) -> Page:
         t0 = time.perf_counter()
-        ctx = win.ctx
-        seqs = [s for s in range(ctx.n_seq_max) if s != WINDOW_SEQ]
         cands: list[tuple[rerank.Candidate, Page, Quote]] = []
         for page, quote, hit in notes:
             key, offset, _, n = page.copy or ("", 0, 0, 0)
             if key in at and page.n <= most:
                 span = rerank.Candidate(hit, quote.text, at[key] + offset, at[key] + offset + n)
                 cands.append((span, page, quote))
-        if len(cands) < 2 or not win.copies or not seqs:
+        if len(cands) < 2 or not win.copies or win.ctx.n_seq_max < 2:
             return first
-        win.flush()
-        rerank.score(ctx, WINDOW_SEQ, sink, [c for c, _, _ in cands], question, seqs)
+        rerank.score(win.ctx, win.save, sink, [c for c, _, _ in cands], question)
         best = max(cands, key=lambda c: c[0].score)
         out.scored = [
             {"owner": q.owner, "chunk": q.chunk, "score": round(c.score, 4),

@@ -12,6 +12,7 @@ from cascade_cli.engine import Context
 from cascade_cli.engine.score import Job, mean_logprobs
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.window import Window
 from cascade_cli.recall import rerank
 from cascade_cli.recall.select import Hit
 from tests.paging.helpers import NEEDLE, write_text
@@ -25,7 +26,8 @@ def test_kv_scores_equal_a_prefill_of_the_same_tokens(ctx: Context) -> None:
     chunk = m.tokenize(" The garden was quiet. " + NEEDLE + " Then it rained all day long.")
     other = m.tokenize(" The weather in Bath was fine, and everyone walked to the river.")
     ctx.clear()
-    ctx.decode(SINK + chunk + other, 0, 0, logits="none")
+    win = Window(ctx, ctx.n_ctx)
+    win.append(SINK + chunk + other, logits="none")
     at = len(SINK)
     text = NEEDLE
     span = rerank.token_span(ctx.model, chunk, text)
@@ -37,8 +39,11 @@ def test_kv_scores_equal_a_prefill_of_the_same_tokens(ctx: Context) -> None:
         rerank.Candidate(hit, text, at + start, at + end),
         rerank.Candidate(hit, "x", after, after + len(other)),
     ]
-    rerank.score(ctx, 0, len(SINK), cands, "What is the pass key?", [1, 2])
-    assert ctx.pos_max(1) < 0 and ctx.pos_max(2) < 0  # scoring sequences emptied
+    before = ctx.state_get(0).tobytes()
+    rerank.score(ctx, win.save, len(SINK), cands, "What is the pass key?")
+    assert ctx.state_get(0).tobytes() == before  # the window is left as it was
+    scratch = ctx.scratch(0)
+    assert all(scratch.pos_max(s) < 0 for s in range(scratch.n_seq_max))  # emptied
     q, lead = rerank.question_job(ctx, "What is the pass key?")
     ctx.clear()
     ctx.decode(SINK + chunk[:end], 0, 3, logits="none")
