@@ -96,10 +96,12 @@ def test_flags_are_documented_and_checked(tmp_path: Path) -> None:
     for cmd in ("ask", "chat", "serve"):
         proc = run_cli([cmd, "--help"], tmp_path)
         assert proc.returncode == 0 and "--repeat-guard" in proc.stdout, proc.stdout
-    assert "--rerank" in run_cli(["ask", "--help"], tmp_path).stdout
+        assert "--rerank" in proc.stdout, proc.stdout
     bad = run_cli(["ask", "doc", "question?", "--repeat-guard", "penalty"], tmp_path)
     assert_one_line_error(bad, "repeat_guard")
     bad = run_cli(["ask", "doc", "question?", "--rerank", "bm25"], tmp_path)
+    assert_one_line_error(bad, "rerank")
+    bad = run_cli(["chat", "--session", "s", "--rerank", "bm25"], tmp_path)
     assert_one_line_error(bad, "rerank")
 
 
