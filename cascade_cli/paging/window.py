@@ -90,7 +90,11 @@ class Window:
                 self.flush()
             ahead, self.pending = self.pending, []
             at = self.end - len(ahead)
-            out = self.ctx.decode(ahead + list(tokens), at, WINDOW_SEQ, logits=logits)
+            try:
+                out = self.ctx.decode(ahead + list(tokens), at, WINDOW_SEQ, logits=logits)
+            except BaseException:
+                self._undo(at)
+                raise
             self.end += len(tokens)
             return out
         self._resync()
@@ -122,7 +126,17 @@ class Window:
         """Decode the deferred tokens now."""
         if self.pending:
             ahead, self.pending = self.pending, []
-            self.ctx.decode(ahead, self.end - len(ahead), WINDOW_SEQ, logits="none")
+            try:
+                self.ctx.decode(ahead, self.end - len(ahead), WINDOW_SEQ, logits="none")
+            except BaseException:
+                self._undo(self.end - len(ahead))
+                raise
+
+    def _undo(self, at: int) -> None:
+        """A decode from position `at` failed (deferred tokens with it): none of it stays, and
+        the window ends at `at` again (the deferred tokens' positions are no longer counted)."""
+        self.ctx.seq_rm(WINDOW_SEQ, at, -1)
+        self.end = at
 
     def append_copying(
         self, tokens: Sequence[int], to: int, src: int, n: int, logits: str = "none"
@@ -252,6 +266,7 @@ class Window:
         """Forget every cell from position `end` on (a decode cut short, a reply undone).
         Recurrent: back to the newest snapshot at or before `end`, then decode the rest."""
         if not self.recurrent:
+            end = min(end, self.end)  # never past the end (a failed decode already undone)
             if end <= self.end - len(self.pending):
                 self.pending = []  # never decoded: nothing to undo
             self.flush()

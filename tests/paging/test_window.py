@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from cascade_cli import kv
 from cascade_cli.engine import Context
+from cascade_cli.errors import ContextFullError
 from cascade_cli.kv import blob as kvblob
 from cascade_cli.paging.window import SCRATCH_SEQ, WINDOW_SEQ, Window
 from tests.kl import kl_rows
@@ -74,3 +76,22 @@ def test_copied_cells_take_the_positions_after_the_decoded_tokens(ctx: Context) 
     for layer in range(len(src.v)):
         assert np.array_equal(src.v_rows(layer), dst.v_rows(layer))
     assert ctx.pos_max(WINDOW_SEQ) == 114  # save decoded the deferred closing tokens
+
+
+def test_a_failed_decode_with_deferred_tokens_leaves_no_position_counted(ctx: Context) -> None:
+    """When the append that carries deferred tokens fails (here the context runs out of
+    cells), neither they nor the new tokens stay: the window ends where its cells end, and a
+    cut back to where the caller started (chat undoing the turn) does not count them again."""
+    toks = ctx.model.tokenize(sample_text(40000))
+    win = Window(ctx, 4 * ctx.n_ctx)  # positions to spare: the cells run out first
+    win.append(toks[: ctx.n_ctx - 40])
+    start = win.end
+    win.defer(toks[1000:1010])
+    assert win.end == start + 10
+    with pytest.raises(ContextFullError):
+        win.append(toks[2000 : 2000 + ctx.n_batch // 2])
+    assert (win.end, ctx.pos_max(WINDOW_SEQ), win.pending) == (start, start - 1, [])
+    win.truncate(start + 10)  # the caller's own undo, from before the deferred tokens failed
+    assert win.end == start and ctx.pos_max(WINDOW_SEQ) == start - 1
+    win.append(toks[3000:3005])  # the window goes on from its real end
+    assert win.end == start + 5 and ctx.pos_max(WINDOW_SEQ) == start + 4
