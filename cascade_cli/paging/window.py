@@ -178,7 +178,9 @@ class Window:
             if self.ctx.pos_max(WINDOW_SEQ) + 1 != self.end:
                 self.dirty = True  # a token decoded but not counted (interrupted)
         else:
-            self.truncate(self.end + len(tokens))
+            self.flush()
+            self.end += len(tokens)
+            self.ctx.seq_rm(WINDOW_SEQ, self.end, -1)  # nothing past what is counted
 
     def mark(self) -> None:
         """Recurrent: keep the whole state at the window's end, to go back to (`truncate`)."""

@@ -95,3 +95,18 @@ def test_a_failed_decode_with_deferred_tokens_leaves_no_position_counted(ctx: Co
     assert win.end == start and ctx.pos_max(WINDOW_SEQ) == start - 1
     win.append(toks[3000:3005])  # the window goes on from its real end
     assert win.end == start + 5 and ctx.pos_max(WINDOW_SEQ) == start + 4
+
+
+def test_advance_counts_tokens_a_generation_decoded_itself(ctx: Context) -> None:
+    """`advance` counts tokens decoded straight into the window sequence (the reply), whatever
+    `truncate` does (it only ever cuts)."""
+    toks = ctx.model.tokenize(sample_text(2000))
+    win = Window(ctx, 512)
+    win.append(toks[:50])
+    ctx.decode(toks[50:60], 50, WINDOW_SEQ, logits="none")  # as generate() does
+    win.advance(toks[50:60])
+    assert win.end == 60 and ctx.pos_max(WINDOW_SEQ) == 59
+    win.truncate(80)  # past the end: nothing to cut, nothing counted
+    assert win.end == 60
+    win.append(toks[60:65])
+    assert win.end == 65 and ctx.pos_max(WINDOW_SEQ) == 64
