@@ -16,6 +16,7 @@ from rich.progress import (
 )
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.interrupt import Deferred
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.errors import InputError, StoreError, check_name
@@ -36,9 +37,10 @@ class _LazyBar:
         TimeRemainingColumn(),
     )
 
-    def __init__(self, label: str, block: int) -> None:
+    def __init__(self, label: str, block: int, stop: Deferred) -> None:
         self.label = label
         self.block = block
+        self.stop = stop
         self.bar: Progress | None = None
         self.task: TaskID | None = None
 
@@ -46,6 +48,7 @@ class _LazyBar:
         return self
 
     def __call__(self, s: IngestStatus) -> None:
+        self.stop.check()  # called between chunks: Ctrl-C stops here, the chunk committed
         if self.bar is None:
             self.bar = Progress(*self.columns, console=err)
             self.bar.start()
@@ -114,13 +117,15 @@ def ingest_cmd(
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size) as ctx,
         Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
+        Deferred() as stop,
     ):
         if lib.disk.repair_report.repaired:
             repaired = shown(lib.disk.repair_report.summary())
             err.print(f"[yellow]store repaired:[/yellow] {repaired}")
         for path in files:
+            stop.check()
             doc_name = name or path.stem
-            with _LazyBar(doc_name, cfg.block_size) as update:
+            with _LazyBar(doc_name, cfg.block_size, stop) as update:
                 doc = ingest(
                     ctx,
                     lib,

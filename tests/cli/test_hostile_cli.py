@@ -132,7 +132,8 @@ def test_file_changing_during_ingest(home: Path, tmp_path: Path) -> None:
 
 def test_50mb_single_line_streams_and_stops_cleanly(home: Path, tmp_path: Path) -> None:
     """A 50 MB file without a single newline: chunks are committed within seconds (nothing
-    quadratic before the first one), Ctrl-C stops it with exit 130, the store verifies clean."""
+    quadratic before the first one), Ctrl-C stops it after the chunk in hand (said so) with exit
+    130, the store verifies clean."""
     words = sample_text(20000).replace("\n", " ")
     big = tmp_path / "line.txt"
     with big.open("w", encoding="utf-8") as fh:
@@ -147,5 +148,7 @@ def test_50mb_single_line_streams_and_stops_cleanly(home: Path, tmp_path: Path) 
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(60) == 130
+    said = "".join(p.read_text() for p in home.glob("popen-*.out"))
+    assert "stopping after this chunk" in said and "Traceback" not in said, said[-2000:]
     assert cli(["verify"], home).returncode == 0
     assert [r[1:4] for r in doc_rows(home)] == [("line", 1, "ingesting")]
