@@ -116,8 +116,8 @@ def ingest_cmd(
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size) as ctx,
+        Deferred() as stop,  # entered first so the store's closing flush is not cut either
         Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
-        Deferred() as stop,
     ):
         if lib.disk.repair_report.repaired:
             repaired = shown(lib.disk.repair_report.summary())

@@ -26,13 +26,18 @@ class Deferred:
         self._old: Any = None
 
     def __enter__(self) -> Deferred:
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals reach the main thread only
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return self  # started with SIGINT ignored (nohup, a background job): left so
+        self._old = signal.signal(signal.SIGINT, self._handle)
+        if self._old is None:  # a handler installed outside Python
+            self._old = signal.default_int_handler
         return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
-        signal.signal(signal.SIGINT, self._old)  # the second Ctrl-C: the default, at once
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: at once
         with contextlib.suppress(OSError):
             os.write(2, NOTICE)
 

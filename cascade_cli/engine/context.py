@@ -80,6 +80,10 @@ class Batch:
             self._b = None
 
 
+#: The scratch context's batch: its decodes are short (a scored question, a few sequences).
+SCRATCH_BATCH = 256
+
+
 class Context:
     """Owns a llama_context (unified KV, n_seq_max sequences) and one batch; close() frees both."""
 
@@ -131,6 +135,9 @@ class Context:
         self.n_threads = n_threads
         self.n_vocab = model.n_vocab
         self._scratch: Context | None = None
+        #: seq_add moved cells since the last decode: llama.cpp re-ropes their keys on the next
+        #: decode, so until then a state read of them carries keys roped for the old positions
+        self.shift_pending = False
         try:
             self._batch = Batch(n_batch)
         except BaseException:
@@ -160,7 +167,7 @@ class Context:
         if self._scratch is None:
             size = -(-max(n_ctx, 512) // 256) * 256
             self._scratch = Context(
-                self.model, size, self.n_seq_max, min(self.n_batch, 256), self.n_threads,
+                self.model, size, self.n_seq_max, SCRATCH_BATCH, self.n_threads,
                 "on" if self.flash_attn else "off", self.type_k, self.type_v, self.swa_full,
             )  # fmt: skip
         return self._scratch
@@ -208,6 +215,7 @@ class Context:
                 )
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc}")
+            self.shift_pending = False
             for row in want:
                 out.append(self.logits_at(row))
         if logits == "last":
@@ -230,6 +238,7 @@ class Context:
             )
         if rc != 0:
             raise EngineError(f"llama_decode failed with code {rc}")
+        self.shift_pending = False
 
     def logits_at(self, row: int) -> npt.NDArray[np.float32]:
         """A copy of the logits of one output row of the last decode (-1 = last)."""
@@ -246,6 +255,15 @@ class Context:
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         """Shift positions in [p0, p1) of seq_id by delta (RoPE re-applied lazily)."""
         ll.llama_memory_seq_add(self.mem, seq_id, p0, p1, delta)
+        self.shift_pending = self.shift_pending or delta != 0
+
+    def settle(self, seq_id: int) -> None:
+        """Apply pending position shifts now, before a state read (llama.cpp applies them at
+        the start of a decode and has no other call for it): one token decoded into the empty
+        sequence `seq_id` and removed. A no-op when nothing moved since the last decode."""
+        if self.shift_pending:
+            self.decode([0], 0, seq_id, logits="none")
+            self.seq_rm(seq_id)
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         """Make dst share src's cells with positions in [p0, p1)."""
@@ -260,6 +278,7 @@ class Context:
     def clear(self) -> None:
         """Empty every sequence."""
         ll.llama_memory_clear(self.mem, True)
+        self.shift_pending = False
 
     # -- state -----------------------------------------------------------------------------------
     def state_size(self, seq_id: int) -> int:

@@ -246,6 +246,7 @@ class Window:
                 raise RuntimeError("a recurrent state is saved whole, at the window's end")
             return self.ctx.state_get(WINDOW_SEQ, out)
         self.flush()
+        self.ctx.settle(SCRATCH_SEQ)  # cells moved by seq_add: their keys re-roped first
         self.ctx.seq_cp(WINDOW_SEQ, SCRATCH_SEQ, p0, p1)
         try:
             return self.ctx.state_get(SCRATCH_SEQ, out)

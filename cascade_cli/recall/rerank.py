@@ -28,6 +28,12 @@ RERANKS = ("llm", "off")
 N = 3
 #: What the question follows when scored (the scored tokens are the question's only).
 CUE = "\n\nQuestion:"
+#: A longer question is scored on its last tokens (a question after a pasted text ends with
+#: what it asks); keeps every scoring job within one decode of the scratch context's batch.
+QUESTION_MAX = 192
+#: The window's first cells copied before each passage (its attention sink: the frame, a chat's
+#: system prompt); a long system prompt is cut here so the scratch context stays small.
+SINK_MAX = 256
 
 
 @dataclass
@@ -92,9 +98,12 @@ def candidates(
 
 
 def question_job(ctx: Context, question: str) -> tuple[list[int], int]:
-    """(cue and question tokens, how many lead in unscored)."""
+    """(cue and question tokens, how many lead in unscored); at most QUESTION_MAX scored."""
     cue = ctx.model.tokenize(CUE)
-    return ctx.model.tokenize(CUE + " " + " ".join(question.split())), len(cue)
+    tokens = ctx.model.tokenize(CUE + " " + " ".join(question.split()))
+    if len(tokens) - len(cue) > QUESTION_MAX:
+        tokens = cue + tokens[-QUESTION_MAX:]
+    return tokens, len(cue)
 
 
 def score(
@@ -112,6 +121,7 @@ def score(
     group of candidates (one per spare sequence)."""
     if not cands:
         return
+    sink = min(sink, SINK_MAX)
     tokens, lead = question_job(ctx, question)
     sizes = sorted(c.end - c.start + len(tokens) for c in cands)
     scratch = ctx.scratch(sink + sum(sizes[-(ctx.n_seq_max - 1) :]))

@@ -51,6 +51,15 @@ def test_kv_scores_equal_a_prefill_of_the_same_tokens(ctx: Context) -> None:
     (plain,) = mean_logprobs(ctx, [Job(3, len(SINK) + end, q, lead)])
     assert cands[0].score == pytest.approx(plain, abs=0.02)
     assert cands[0].score > cands[1].score  # the pass key's passage explains the question best
+    # a question longer than the scratch context's batch is scored on its last tokens
+    long_q = "Here is a long text I pasted. " * 60 + "What is the pass key?"
+    q, lead = rerank.question_job(ctx, long_q)
+    assert len(q) - lead == rerank.QUESTION_MAX and m.detokenize(q).endswith("pass key?")
+    ctx.clear()
+    win = Window(ctx, ctx.n_ctx)
+    win.append(SINK + chunk + other, logits="none")
+    rerank.score(ctx, win.save, len(SINK), cands, long_q)
+    assert all(c.score > -100 for c in cands)
 
 
 def test_ask_quotes_the_passage_the_generator_ranks_first(

@@ -110,3 +110,21 @@ def test_advance_counts_tokens_a_generation_decoded_itself(ctx: Context) -> None
     assert win.end == 60
     win.append(toks[60:65])
     assert win.end == 65 and ctx.pos_max(WINDOW_SEQ) == 64
+
+
+def test_cells_saved_after_a_move_hold_keys_for_their_new_positions(ctx: Context) -> None:
+    """llama.cpp re-ropes moved cells only on the next decode: a state read before it carried
+    keys roped for the old positions (a chat note or rerank copied from a turn that had just
+    slid, a page stashed after a slide). `save` applies the pending shift first."""
+    toks = ctx.model.tokenize(sample_text(1000))
+    a, b, nxt = toks[:40], toks[40:100], toks[100:104]
+    win = Window(ctx, 512)
+    win.append(a + b)
+    win.drop(0, 40)  # b slides down 40 positions (llama.cpp's seq_add), nothing decoded since
+    blob = win.save(0, 60).copy()
+    in_place = win.append(nxt, logits="all")
+    win.reset()
+    assert win.place(blob) == 60 and win.end == 60
+    restored = win.append(nxt, logits="all")
+    assert float(kl_rows(in_place, restored).max()) < 0.02
+    assert np.array_equal(in_place.argmax(1), restored.argmax(1))
