@@ -12,7 +12,7 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
 from cascade_cli.cli.state import err, out, settings, shown
-from cascade_cli.errors import CascadeError
+from cascade_cli.errors import CascadeError, StoreLockedError
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
@@ -91,14 +91,23 @@ def _stats(session: ChatSession) -> None:
     )
 
 
-def _fresh_name(lib: Library) -> str:
+def _fresh_name(lib: Library, held: ExitStack) -> str:
+    """A session name no session has and no other chat holds, locked for this chat (two chats
+    started in the same second, or one resumed by name while this one runs, never share it)."""
     base = time.strftime("chat-%Y%m%d-%H%M%S")
-    name, n = base, 1
-    with lib.disk.lock:
-        while catalog.find(lib.conn, name) is not None:
-            n += 1
-            name = f"{base}-{n}"
-    return name
+    n = 1
+    while True:
+        name = base if n == 1 else f"{base}-{n}"
+        n += 1
+        with lib.disk.lock:
+            if catalog.find(lib.conn, name) is not None:
+                continue
+        try:
+            lock = lock_session(lib.settings.disk_cache_path, name)
+        except StoreLockedError:
+            continue
+        held.callback(lock.release)
+        return name
 
 
 def _resume(session: ChatSession, wrote: bool) -> bool:
@@ -246,7 +255,7 @@ def chat(
     ):
         lib.recall.preload()
         documents = [lib.find(d) for d in doc or []]
-        name = session_name or _fresh_name(lib)
+        name = session_name or _fresh_name(lib, held)
         session = ChatSession(
             ctx,
             lib,

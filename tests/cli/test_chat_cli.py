@@ -189,3 +189,33 @@ def test_doc_is_recalled_into_the_conversation(home: Path, tmp_path: Path) -> No
     assert "48213" in proc.stdout
     missing = chat(home, "hi\n", "-s", "d", "--doc", "nope", *SMALL)
     assert missing.returncode == 6 and "no ingested document named 'nope'" in missing.stderr
+
+
+def test_a_session_open_in_one_chat_is_refused_by_another(home: Path) -> None:
+    """One `chat` per session, named or generated: a second one is refused in one line (the
+    generated name of a chat started without --session is locked too)."""
+    for args in (["--session", "mine"], []):
+        out = (home / "held.out").open("w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cascade_cli", "chat", *args, *SMALL],
+            stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
+            env=env_for(home),
+        )  # fmt: skip
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write("Say hello\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 300
+            held: set[str] = set()
+            while not held:  # its first turn is stored
+                assert proc.poll() is None, (home / "held.out").read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+                stored = {n for n, s in sessions(home).items() if s["turns"] >= 1}
+                held = stored & {"mine"} if args else stored - {"mine"}
+            (name,) = held
+            second = chat(home, "Hi\n", "--session", name, *SMALL)
+            assert_one_line_error(second, "is open in another `cascade chat`")
+        finally:
+            proc.stdin.close()
+            assert proc.wait(120) == 0
