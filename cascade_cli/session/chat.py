@@ -104,6 +104,9 @@ class ChatSession(SessionState):
             stats.prefill_tokens = len(q)
         except BaseException:
             self.pages.win.truncate(start)  # an interrupted prefill: the turn is absent
+            if long:  # and so are the blocks of the long message paged through before it
+                self.pages.reset()
+                drop_unfinished(self)
             raise
         gen = Generation(pos=self.pages.win.end)
         pieces: list[str] = []

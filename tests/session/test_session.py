@@ -219,3 +219,36 @@ def test_window_tokens_match_stored_chunks(home: Path, ctx: Context) -> None:
             meta = lib.disk.meta(chat.s.key(c.idx))
             assert np.array_equal(meta.tokens, np.asarray(c.tokens, dtype=np.int32))
         chat.close()
+
+
+def test_a_long_message_interrupted_in_its_last_prefill_leaves_no_block(
+    home: Path, ctx: Context
+) -> None:
+    """Ctrl-C while the tail of a message longer than the window is decoded (its earlier blocks
+    already paged through and stored): the turn is absent, blocks included — the next message
+    neither sees them before it nor stores them as its own."""
+    with _lib(home, ctx) as lib:
+        chat = ChatSession(ctx, lib, "cut", overrides=GREEDY)
+        _say(chat, "Hello there.")
+        win = chat.pages.win
+        plain = win.append
+
+        def interrupted(tokens: list[int], logits: str = "none") -> object:
+            if logits == "last":  # the message's own prefill, after the paging-through
+                raise KeyboardInterrupt
+            return plain(tokens, logits)
+
+        win.append = interrupted  # type: ignore[method-assign]
+        text = _text(home, 9000).replace("\n", " ")
+        with pytest.raises(KeyboardInterrupt):
+            _say(chat, f"Read this: {text} The secret word is pelican.")
+        win.append = plain  # type: ignore[method-assign]
+        assert chat.s.turns == 1
+        assert all(c.turn <= 1 for c in chat.chunks.values())
+        assert not any("pelican" in c.text for c in chat.chunks.values())
+        assert _say(chat, "What did I say first?").strip()
+        assert chat.s.turns == 2
+        assert not any("pelican" in c.text for c in chat.chunks.values())
+        assert [t for _, t, _ in chat.history()] == ["user", "assistant"] * 2
+        _check_positions(chat)
+        chat.close()
