@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from cascade_cli.config import Settings
@@ -233,7 +234,7 @@ def test_a_long_message_interrupted_in_its_last_prefill_leaves_no_block(
         win = chat.pages.win
         plain = win.append
 
-        def interrupted(tokens: list[int], logits: str = "none") -> object:
+        def interrupted(tokens: Sequence[int], logits: str = "none") -> npt.NDArray[np.float32]:
             if logits == "last":  # the message's own prefill, after the paging-through
                 raise KeyboardInterrupt
             return plain(tokens, logits)
