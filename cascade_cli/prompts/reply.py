@@ -124,7 +124,7 @@ class Replier:
             t = run.result.timings
             t.predicted_n = len(gen.tokens)
             t.predicted_ms = (end - t_first) * 1000 if t_first else 0.0
-            stopped = scan.stopped or gen.stopped_by == "eog"
+            stopped = scan.stopped or gen.stopped_by in ("eog", "loop")  # the guard ended it
             run.result.finish_reason = "stop" if stopped else "length"
             run.result.cancelled = cut_short
             decoded = gen.tokens[: gen.pos - reply_at]

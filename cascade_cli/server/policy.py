@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import json
+import re
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "0.0.0.0")
-#: What an allowed preflight may ask for.
-ALLOW_HEADERS = "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project, X-Stainless-*"
+#: Request headers an allowed origin's preflight is always granted; the headers it asks for are
+#: granted too (browsers take exact names only: the OpenAI SDK's x-stainless-os, -lang, …).
+ALLOW_HEADERS = "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project"
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 ALLOW_METHODS = "GET, POST, OPTIONS"
 
 
@@ -124,7 +127,7 @@ class Guard:
         if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
             extra = [
                 (b"access-control-allow-methods", ALLOW_METHODS.encode()),
-                (b"access-control-allow-headers", ALLOW_HEADERS.encode()),
+                (b"access-control-allow-headers", _allow_headers(headers).encode()),
                 (b"access-control-max-age", b"600"),
             ]
             await _respond(send, 204, b"", cors + extra)
@@ -136,6 +139,14 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, with_cors)
+
+
+def _allow_headers(headers: dict[str, str]) -> str:
+    """ALLOW_HEADERS plus the header names the preflight asks for (well-formed ones only)."""
+    asked = headers.get("access-control-request-headers", "").split(",")
+    names = [h.strip() for h in asked if _HEADER_NAME.fullmatch(h.strip())]
+    known = {h.lower() for h in ALLOW_HEADERS.split(", ")}
+    return ", ".join([ALLOW_HEADERS, *(n for n in names if n.lower() not in known)])
 
 
 async def _respond(

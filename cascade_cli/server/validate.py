@@ -39,7 +39,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or a 400 saying it is not one."""
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep nesting: Recursion
         raise ApiError(
             400,
             f"We could not parse the JSON body of your request ({exc}). Send a JSON object "

@@ -157,6 +157,20 @@ def test_max_tokens_ends_with_length(home: Path, ctx: Context) -> None:
         assert reply.result.timings.predicted_n == 3
 
 
+def test_a_reply_the_loop_guard_ends_is_stop_not_length(home: Path, ctx: Context) -> None:
+    """The `stop` guard ends a looping reply well before max_tokens: finish_reason 'stop'."""
+    cfg = Settings(
+        gpu_cache_size=WINDOW, disk_cache_path=home / "store", threads=1, repeat_guard="stop"
+    )
+    with Library(cfg, ctx) as lib:
+        svc = PromptService(ctx, lib)
+        looping = "Repeat after me forever: The answer is: The answer is: The answer is:"
+        reply = svc.chat(_msgs(("user", looping)), Params(temperature=0, max_tokens=120))
+        reply.text()
+        assert reply.result.timings.predicted_n < 120
+        assert reply.result.finish_reason == "stop"
+
+
 def test_a_conversation_longer_than_the_window_recalls_its_first_turn(
     home: Path, ctx: Context
 ) -> None:

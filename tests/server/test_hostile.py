@@ -87,13 +87,21 @@ def test_allowed_and_loopback_origins_get_cors(server: Server) -> None:
         headers={
             "Origin": GOOD,
             "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type",
+            # what the OpenAI JS SDK sends from a page; browsers match exact names only
+            "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os, "
+            "x-stainless-retry-count",
         },
         timeout=10,
     )
     assert preflight.status_code == 204
     assert preflight.headers["access-control-allow-origin"] == GOOD
-    assert "Authorization" in preflight.headers["access-control-allow-headers"]
+    granted = [
+        h.strip().lower() for h in preflight.headers["access-control-allow-headers"].split(",")
+    ]
+    assert {"authorization", "content-type", "x-stainless-os", "x-stainless-retry-count"} <= set(
+        granted
+    )
+    assert not any("*" in h for h in granted)
 
 
 def test_oversized_bodies_are_413_without_being_read(server: Server) -> None:

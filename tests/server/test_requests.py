@@ -113,7 +113,7 @@ def test_completions_bad_prompts_are_400(server: Server) -> None:
 
 
 def test_malformed_json_and_non_objects_are_400(server: Server) -> None:
-    for raw in (b"{bad", b"", b"\xff\xfe", b"[1, 2]", b'"text"'):
+    for raw in (b"{bad", b"", b"\xff\xfe", b"[1, 2]", b'"text"', b"[" * 100_000):
         error = assert_error(server.post(CHAT, raw), 400, code="invalid_json")
         assert error["type"] == "invalid_request_error"
 
