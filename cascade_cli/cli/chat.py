@@ -152,9 +152,15 @@ def _loop(session: ChatSession, interactive: bool) -> None:
         elif command.startswith("/") and " " not in command:
             err.print(f"[yellow]unknown command {shown(command)}[/yellow] — {shown(HELP)}")
         else:
+            if interactive:
+                try:
+                    line = _read_message(line)
+                except (KeyboardInterrupt, EOFError):  # Ctrl-C or Ctrl-D mid-message
+                    out.print("\n[dim](message discarded)[/dim]")
+                    continue
             wrote = _resume(session, wrote)
             try:
-                _reply(session, _read_message(line) if interactive else line)
+                _reply(session, line)
             except CascadeError as exc:
                 err.print(f"[yellow]error:[/yellow] {shown(exc.one_line())}")
                 if not interactive:

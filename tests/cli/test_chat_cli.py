@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -219,3 +224,44 @@ def test_a_session_open_in_one_chat_is_refused_by_another(home: Path) -> None:
         finally:
             proc.stdin.close()
             assert proc.wait(120) == 0
+
+
+def test_ctrl_c_inside_a_multiline_message_discards_it_and_keeps_the_chat(home: Path) -> None:
+    """On a terminal: Ctrl-C while a '\"\"\"' block is typed discards that message; the chat
+    goes on (and /exit leaves it with exit 0, nothing stored for the discarded message)."""
+    main, sub = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cascade_cli", "chat", "--session", "tty", *SMALL],
+        stdin=sub, stdout=sub, stderr=sub, env={**env_for(home), "TERM": "dumb"},
+        start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+    )  # fmt: skip  # the terminal is the chat's own: ^C reaches it as SIGINT
+    os.close(sub)
+    seen = b""
+
+    def wait_for(text: bytes, times: int = 1, timeout: float = 300) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while seen.count(text) < times:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            if select.select([main], [], [], 1)[0]:
+                try:
+                    seen += os.read(main, 4096)
+                except OSError:  # the child closed the terminal
+                    assert seen.count(text) >= times, seen.decode(errors="replace")
+
+    try:
+        wait_for(b"> ")
+        os.write(main, b'"""\r')
+        wait_for(b"... ")
+        os.write(main, b"half a message\r")
+        wait_for(b"... ", 2)
+        os.write(main, b"\x03")  # Ctrl-C, as the terminal sends it
+        wait_for(b"(message discarded)")
+        os.write(main, b"/exit\r")
+        assert proc.wait(60) == 0, seen.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main)
+    assert "Traceback" not in seen.decode(errors="replace")
+    assert sessions(home)["tty"]["turns"] == 0
