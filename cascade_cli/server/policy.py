@@ -38,6 +38,12 @@ _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 ALLOW_METHODS = "GET, POST, OPTIONS"
 
 
+def _glob(pattern: str) -> str:
+    """An allowed-origin pattern for fnmatch: `*` is its only wildcard, `[` and `?` are literal
+    (an IPv6 origin: http://[fd00::5]:3000)."""
+    return "".join("[[]" if c == "[" else "[?]" if c == "?" else c for c in pattern.lower())
+
+
 def _split_host(host: str) -> str:
     """``name[:port]`` or ``[v6]:port`` without the port, lower case, brackets kept off."""
     host = host.strip().lower()
@@ -62,7 +68,7 @@ class Policy:
             host = rest if rest.endswith("]") else rest.rsplit(":", 1)[0]
             if host in LOOPBACK_HOSTS:
                 return True
-        return any(fnmatch.fnmatchcase(origin, pattern) for pattern in self.allow_origins)
+        return any(fnmatch.fnmatchcase(origin, _glob(p)) for p in self.allow_origins)
 
     def host_allowed(self, host: str) -> bool:
         if not self.check_host or not host:
