@@ -28,14 +28,14 @@ log = logging.getLogger("cascade.serve")
 POLL_S = 0.25
 
 
-def _error_of(exc: BaseException) -> ApiError:
+def _error_of(exc: BaseException, chat: bool = True) -> ApiError:
     """An engine-side exception as the error the client gets (internals only in the log)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, Cancelled):
         return stopping()
     if isinstance(exc, CascadeError):
-        return from_cascade(exc)
+        return from_cascade(exc, "messages" if chat else "prompt")
     log.error("internal error: %s: %s", type(exc).__name__, exc)
     return internal()
 
@@ -117,7 +117,7 @@ class Api:
         try:
             kind, value = await job.events.get()
             if kind == "error":
-                raise _error_of(value)
+                raise _error_of(value, chat)
             if req.stream:
                 streaming = True
                 return StreamingResponse(
@@ -127,7 +127,7 @@ class Api:
                     # also when the stream never started (the client left first)
                     background=BackgroundTask(self._release, job),
                 )
-            text, result = await self._collect(job)
+            text, result = await self._collect(job, chat)
             return JSONResponse(shape.whole(text, result))
         except BaseException:
             job.cancel()
@@ -152,7 +152,7 @@ class Api:
                 job.cancel()
                 return
 
-    async def _collect(self, job: Job) -> tuple[str, Result]:
+    async def _collect(self, job: Job, chat: bool) -> tuple[str, Result]:
         pieces: list[str] = []
         while True:
             kind, value = await job.events.get()
@@ -163,7 +163,7 @@ class Api:
                     raise stopping()
                 return "".join(pieces), value
             else:
-                raise _error_of(value)
+                raise _error_of(value, chat)
 
     async def _stream(self, job: Job, shape: Shape, include_usage: bool) -> AsyncIterator[bytes]:
         """SSE events: the role, the text pieces, the finish (with timings), usage if asked,
@@ -191,7 +191,7 @@ class Api:
                     return
                 else:
                     finished = True
-                    yield sse(_error_of(value).body())
+                    yield sse(_error_of(value, shape.chat).body())
                     return
         finally:
             self.jobs.discard(job)

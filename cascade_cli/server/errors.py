@@ -58,11 +58,12 @@ def internal(message: str = "The server had an error while processing your reque
     return ApiError(500, message, type="server_error", code="internal_error")
 
 
-def from_cascade(exc: CascadeError) -> ApiError:
+def from_cascade(exc: CascadeError, param: str = "messages") -> ApiError:
     """The engine's errors as API errors: unusable input and a prompt that does not fit are the
-    client's (400); anything else is the server's (500, message without internals)."""
+    client's (400; `param`: the field holding the prompt); anything else is the server's (500,
+    message without internals)."""
     if isinstance(exc, ContextFullError):
-        return ApiError(400, exc.one_line(), param="messages", code="context_length_exceeded")
+        return ApiError(400, exc.one_line(), param=param, code="context_length_exceeded")
     if isinstance(exc, InputError):
         return ApiError(400, exc.one_line(), code="invalid_value")
     log.error("internal error: %s", exc.one_line())

@@ -191,7 +191,7 @@ def test_fields_clients_commonly_send_are_ignored(server: Server) -> None:
 def test_a_prompt_longer_than_the_window_is_400_context_length_exceeded(server: Server) -> None:
     words = " ".join(f"word{i}" for i in range(3000))  # well over the 1024-token window
     response = server.post("/v1/completions", {"model": MODEL, "prompt": words, "max_tokens": 1})
-    error = assert_error(response, 400, code="context_length_exceeded")
+    error = assert_error(response, 400, param="prompt", code="context_length_exceeded")
     assert error["type"] == "invalid_request_error"
     assert server.health()["status"] == "ok"
 
