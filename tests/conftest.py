@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 #: Models are pulled once into this home (CASCADE_TEST_HOME overrides); tests never re-download.
 MODEL_HOME = Path(os.environ.get("CASCADE_TEST_HOME", ROOT / ".cascade-test"))
+
+# A suite started with SIGINT ignored (nohup, `cmd &` in a script) would hand that on to every
+# process it starts, and the tests that press Ctrl-C need children that hear it (an ignored
+# signal stays ignored across exec; a handled one is reset to the default).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _pulled(name: str) -> Path:
