@@ -38,7 +38,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from bench.chat_common import home  # noqa: E402
 from bench.restore_speed import drop_cache  # noqa: E402
-from bench.serve import Server, stream  # noqa: E402
+from bench.serve_client import Server, stream  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
 
 QUESTION = "Who is Sir Walter Elliot?"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.chat_common import ROOT as _ROOT  # noqa: E402
 from bench.chat_common import home  # noqa: E402
-from bench.serve import model_name, serving  # noqa: E402
+from bench.serve_client import model_name, serving  # noqa: E402
 from cascade_cli.config import parse_size  # noqa: E402
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence. " * 8
