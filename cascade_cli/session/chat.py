@@ -69,6 +69,7 @@ class ChatSession(SessionState):
         q = self.tpl.user(text)
         system = self.page(self.s.key(0))
         long = system.n + len(q) + self.reserve > self.window
+        start = -1  # the message's first position, once the window is laid out
         try:
             if long:
                 q = self._page_through(text)
@@ -83,30 +84,26 @@ class ChatSession(SessionState):
                 self.notify(note)
             before = set(self.pages.keys)
             placed = self.pages.apply(laid.pages, room=len(q) + self.reserve)
-        except BaseException:
-            self.pages.reset()  # the next message places everything again from the store
-            drop_unfinished(self)  # blocks of a long message cut short
-            raise
-        self.count(placed)
-        stats.rerank_s = laid.rerank_s
-        stats.layout_s = placed.seconds
-        stats.paged_out = placed.dropped
-        stats.paged_in = sum(placed.tiers.values())
-        new = [label for key, label in labels.items() if key not in before]
-        stats.recalled = list(labels.values())
-        if new:
-            self.notify("recalled " + ", ".join(labels.values()))
-        start = self.pages.win.end
-        try:
+            self.count(placed)
+            stats.rerank_s = laid.rerank_s
+            stats.layout_s = placed.seconds
+            stats.paged_out = placed.dropped
+            stats.paged_in = sum(placed.tiers.values())
+            new = [label for key, label in labels.items() if key not in before]
+            stats.recalled = list(labels.values())
+            if new:
+                self.notify("recalled " + ", ".join(labels.values()))
+            start = self.pages.win.end
             t1 = time.perf_counter()
             self.pages.win.append(q, logits="last")
             stats.prefill_s = time.perf_counter() - t1
             stats.prefill_tokens = len(q)
-        except BaseException:
-            self.pages.win.truncate(start)  # an interrupted prefill: the turn is absent
-            if long:  # and so are the blocks of the long message paged through before it
-                self.pages.reset()
+        except BaseException:  # cut short before the reply: the turn is absent
+            if long or start < 0:  # blocks of a long message, a half-laid window: both go
+                self.pages.reset()  # the next message places everything again from the store
                 drop_unfinished(self)
+            else:
+                self.pages.win.truncate(start)  # an interrupted prefill
             raise
         gen = Generation(pos=self.pages.win.end)
         pieces: list[str] = []
