@@ -167,6 +167,11 @@ def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
     if options is not None:
         if not isinstance(options, dict):
             raise bad_field("stream_options", "stream_options must be an object.")
+        if not stream:
+            raise bad_field(
+                "stream_options",
+                "stream_options is only allowed with stream: true (drop it, or set stream).",
+            )
         include = options.get("include_usage", False)
         if not isinstance(include, bool):
             raise bad_field(

@@ -59,6 +59,7 @@ def chat(**fields: Any) -> dict[str, Any]:
         (chat(seed="x"), "seed", "integer"),
         (chat(seed=1.5), "seed", "integer"),
         (chat(stream="yes"), "stream", "true or false"),
+        (chat(stream_options={"include_usage": True}), "stream_options", "stream: true"),
         (chat(messages=[]), "messages", "non-empty"),
         (chat(messages="hi"), "messages", "non-empty"),
         (chat(messages=None), "messages", "required"),
