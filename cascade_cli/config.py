@@ -22,6 +22,8 @@ REPEAT_GUARDS = ("dry", "stop", "off")
 #: The quote's passage rerank for ask, chat and serve (recall.rerank.RERANKS): the generator's
 #: query likelihood, or off.
 RERANKS = ("llm", "off")
+#: Whether a reasoning model thinks before it answers (engine.reasoning; off: it answers at once)
+THINK = ("off", "on")
 
 _UNITS = {
     "": 1,
@@ -123,6 +125,7 @@ class Settings:
     embed_model: str = "minilm-l6"
     repeat_guard: str = "dry"  # ask, chat and serve replies (REPEAT_GUARDS)
     rerank: str = "off"  # which recalled passage is quoted (RERANKS; BENCHMARKS: off)
+    think: str = "off"  # a reasoning model's thinking before its answer (THINK)
     # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
     allow_origins: tuple[str, ...] = ()
     max_body_size: int = 4 * 1024**2
@@ -152,6 +155,7 @@ _TEXT = (
     "remote_cache_url",
     "repeat_guard",
     "rerank",
+    "think",
 )
 
 
@@ -223,6 +227,11 @@ def _coerce(key: str, value: Any) -> Any:
         text = str(value).lower()
         if text not in RERANKS:
             raise ConfigError(f"unknown rerank {value!r}", f"Use one of: {', '.join(RERANKS)}.")
+        return text
+    if key == "think":
+        text = str(value).lower()
+        if text not in THINK:
+            raise ConfigError(f"invalid think {value!r}", "Use on or off.")
         return text
     if key == "embed_model":
         text = str(value).strip()

@@ -14,6 +14,7 @@ from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.engine import SamplerSettings
+from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import InputError, NotFoundError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
@@ -64,6 +65,7 @@ def ask_cmd(
         ),
     ] = 1.0,
     rerank: opt.Rerank = None,
+    think: opt.Think = None,
     repeat_guard: opt.RepeatGuard = None,
     recall: opt.RecallMode = None,
     embed_model: opt.EmbedModel = None,
@@ -94,6 +96,7 @@ def ask_cmd(
             remote_cache_url=remote,
             repeat_guard=repeat_guard,
             rerank=rerank,
+            think=think,
         )
     )
     sampling = SamplerSettings(
@@ -140,10 +143,19 @@ def ask_cmd(
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
         )
+        thinking = False
         for piece in stream:
-            if not as_json:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+            if as_json:
+                continue
+            if isinstance(piece, Thought):  # a reasoning model's thinking: stderr, dimmed
+                err.print(piece, style="dim italic", end="", markup=False, highlight=False)
+                thinking = True
+                continue
+            if thinking:
+                err.print()
+                thinking = False
+            sys.stdout.write(piece)
+            sys.stdout.flush()
     if as_json:
         data = asdict(result)
         out.print_json(json.dumps({"answer": data.pop("answer"), **data}))

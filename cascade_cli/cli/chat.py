@@ -12,6 +12,7 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
 from cascade_cli.cli.state import err, out, settings, shown
+from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import CascadeError, StoreLockedError
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
@@ -43,8 +44,16 @@ def _read_message(first: str) -> str:
 def _reply(session: ChatSession, text: str) -> None:
     """Stream one reply; Ctrl-C stops it and keeps what was said."""
     stream = session.send(text)
+    thinking = False
     try:
         for piece in stream:
+            if isinstance(piece, Thought):  # a reasoning model's thinking, dimmed
+                out.print(piece, style="dim italic", end="", markup=False, highlight=False)
+                thinking = True
+                continue
+            if thinking:
+                out.print()
+                thinking = False
             sys.stdout.write(piece)
             sys.stdout.flush()
     except KeyboardInterrupt:
@@ -213,6 +222,7 @@ def chat(
     flash_attn: opt.FlashAttn = None,
     recall: opt.RecallMode = None,
     rerank: opt.Rerank = None,
+    think: opt.Think = None,
     embed_model: opt.EmbedModel = None,
     repeat_guard: opt.RepeatGuard = None,
 ) -> None:
@@ -233,6 +243,7 @@ def chat(
             flash_attn=flash_attn,
             recall=recall,
             rerank=rerank,
+            think=think,
             embed_model=embed_model,
             repeat_guard=repeat_guard,
         )

@@ -65,6 +65,15 @@ Rerank = Annotated[
         "rerank setting, off.",
     ),
 ]
+Think = Annotated[
+    str | None,
+    typer.Option(
+        "--think",
+        help="A reasoning model (Qwen3, DeepSeek-R1, gpt-oss, …): on lets it think before it "
+        "answers (shown dimmed, kept apart from the answer), off opens its reply without "
+        "thinking. Other models ignore it. Default: the think setting, off.",
+    ),
+]
 EmbedModel = Annotated[
     str | None,
     typer.Option(

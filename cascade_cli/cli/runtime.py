@@ -80,6 +80,7 @@ def open_model(settings: Settings) -> Iterator[Model]:
     """Load the configured model; freed on exit."""
     set_verbose(STATE.debug)
     with Model(model_path(settings), gpu_layers=settings.gpu_layers) as model:
+        model.think = settings.think == "on"
         yield model
 
 

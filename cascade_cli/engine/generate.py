@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from cascade_cli.engine.context import Context
 from cascade_cli.engine.loops import LoopGuard
+from cascade_cli.engine.reasoning import Splitter
 from cascade_cli.engine.sampler import Sampler
 from cascade_cli.errors import ContextFullError
 
@@ -45,6 +46,33 @@ def generate(
     state: Generation,
     max_tokens: int,
     limit: int | None = None,
+    split: bool = True,
+) -> Generator[str, None, None]:
+    """`_generate`'s text pieces; a reasoning model thinking (`Model.think`) yields its
+    reasoning as engine.reasoning.Thought pieces and its answer as plain ones (`split` False:
+    all as the model wrote it, markers included — a raw completion)."""
+    fmt = ctx.model.reasoning if ctx.model.think else ""
+    raw = _generate(ctx, sampler, seq_id, state, max_tokens, limit, special=bool(fmt))
+    if not fmt or not split:
+        yield from raw
+        return
+    splitter = Splitter(fmt)
+    try:
+        for piece in raw:
+            yield from splitter.push(piece)
+        yield from splitter.flush()
+    finally:
+        raw.close()
+
+
+def _generate(
+    ctx: Context,
+    sampler: Sampler,
+    seq_id: int,
+    state: Generation,
+    max_tokens: int,
+    limit: int | None,
+    special: bool,
 ) -> Generator[str, None, None]:
     """Sample after the last decode (its last row must have logits) and yield text pieces.
 
@@ -55,7 +83,7 @@ def generate(
     while it forms and then dropped. Whenever the reply ends — a loop, or the consumer closing
     the generator (Ctrl-C, a client gone) — state keeps only the tokens of the text yielded
     (state.tokens, and state.pos no further), so the window and the transcript hold exactly
-    what was shown.
+    what was shown. `special`: control tokens are rendered (a reasoning format's markers).
     """
     model = ctx.model
     stream = TokenStream()
@@ -78,7 +106,7 @@ def generate(
                 break
             state.tokens.append(token)
             count += 1
-            piece = stream.push(model.token_bytes(token))
+            piece = stream.push(model.token_bytes(token, special))
             if piece and guard is None:
                 shown, count = shown + count, 0
                 yield piece

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from cascade_cli.engine import reasoning
 from cascade_cli.engine._llama import ensure_backend, ll
 from cascade_cli.engine.gguf import tensor_names
 from cascade_cli.engine.template import Part, tokenize_parts
@@ -58,6 +59,9 @@ class Model:
         self._h: ll.llama_model_p | None = handle
         self.vocab = ll.llama_model_get_vocab(handle)
         self._identity: str | None = None
+        self._reasoning: str | None = None
+        #: let a reasoning model think before it answers (setting `think`; off: answer at once)
+        self.think = False
 
     @property
     def handle(self) -> ll.llama_model_p:
@@ -255,6 +259,24 @@ class Model:
         family's own turn format where llama.cpp knows it, else ChatML."""
         arch = self.meta("general.architecture") or ""
         return _FAMILY_TEMPLATES.get(arch, b"chatml")
+
+    def chat_template(self) -> str:
+        """The GGUF's own chat template (a Jinja text), or "" where it carries none."""
+        raw = ll.llama_model_chat_template(self.handle, None)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    @property
+    def reasoning(self) -> str:
+        """The reply's reasoning format (engine.reasoning: "think", "harmony"), or ""."""
+        if self._reasoning is None:
+            self._reasoning = reasoning.detect(self)
+        return self._reasoning
+
+    @property
+    def reply_opening(self) -> str:
+        """Template text decoded after every reply header: with thinking off, a reasoning
+        model's reply opened without reasoning (engine.reasoning.opening)."""
+        return "" if self.think else reasoning.opening(self.reasoning)
 
     def apply_chat_template(
         self, messages: Sequence[tuple[str, str]], add_assistant: bool = True

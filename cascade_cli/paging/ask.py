@@ -9,6 +9,7 @@ from typing import Any
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import NotFoundError, StoreError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.library import Library
@@ -48,6 +49,8 @@ class AskResult:
     quotes: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     answer: str = ""
+    #: a reasoning model's thinking before the answer (with `think` on; engine.reasoning)
+    reasoning: str = ""
 
 
 def ensure_indexed(
@@ -283,11 +286,16 @@ def ask(
         win.append(q, logits="last")
     state = Generation(pos=win.end)
     pieces: list[str] = []
+    thought: list[str] = []
     first = 0.0
     with Sampler(sampling, ctx.model) as sampler:
         for piece in generate(ctx, sampler, 0, state, max_tokens, limit=window):
             if not first:
                 first = time.perf_counter() - t0
+            if isinstance(piece, Thought):
+                thought.append(piece)
+                yield piece
+                continue
             if not pieces:
                 piece = piece.lstrip()  # the reply follows an "Answer: " cue
                 if not piece:
@@ -297,6 +305,7 @@ def ask(
     total = time.perf_counter() - t0
     gen_time = max(total - (first or total), 1e-9)
     result.answer = "".join(pieces)
+    result.reasoning = "".join(thought).strip()
     result.timings = {
         "ttft_s": round(first or total, 4),
         "recall_s": round(t_recall, 4),

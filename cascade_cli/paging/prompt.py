@@ -26,12 +26,12 @@ class Frame:
     after_question: str  # template text that closes the user turn and opens the reply
 
 
-_FRAMES: dict[tuple[int, str, str], Frame] = {}
+_FRAMES: dict[tuple[int, str, str, bool], Frame] = {}
 
 
 def frame(model: Model, system: str = SYSTEM) -> Frame:
-    """The model's frame (computed once per loaded model and system prompt)."""
-    key = (id(model), str(model.path), system)
+    """The model's frame (computed once per loaded model, system prompt and `think`)."""
+    key = (id(model), str(model.path), system, model.think)
     if key not in _FRAMES:
         _FRAMES[key] = _build(model, system)
     return _FRAMES[key]
@@ -47,7 +47,7 @@ def _build(model: Model, system: str) -> Frame:
     full = model.apply_chat_template([("system", system), ("user", f"{_MARK}\n\n{probe}")])
     after_mark = full.split(_MARK, 1)[1]
     between, closing = after_mark.split(probe, 1)
-    return Frame(prefix=prefix, after_doc=between, after_question=closing)
+    return Frame(prefix=prefix, after_doc=between, after_question=closing + model.reply_opening)
 
 
 def question_tokens(

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import ContextFullError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
@@ -38,6 +39,7 @@ class Run:
         self.decoded = 0  # prompt tokens decoded (recomputed blocks and the tail)
         self.prompt_tokens = 0
         self.fingerprint = ""  # the model's, salted with the request's cache_salt
+        self.chat = False  # a chat completion (a reasoning model's thinking is split off)
 
 
 class Replier:
@@ -99,10 +101,17 @@ class Replier:
         cut_short = False
         budget = p.max_tokens if p.max_tokens is not None else self.window
         try:
-            for piece in generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit):
+            pieces = generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit, run.chat)
+            for piece in pieces:
                 if not t_first:
                     t_first = time.perf_counter()
                     run.result.ttft_s = t_first - run.t0
+                if isinstance(piece, Thought):  # reasoning: streamed apart, never kept
+                    yield piece
+                    if cancel.is_set():
+                        cut_short = True
+                        break
+                    continue
                 text = scan.push(piece)
                 if text:
                     out.append(text)

@@ -78,6 +78,7 @@ class PromptService(Replier):
         """Lay out and decode the conversation's prompt (`stop` is asked between blocks: true
         raises Cancelled); the reply streams from the result."""
         run = self._run(params, stop)
+        run.chat = True
         finished, open_turn, question = segments(self.tpl, messages, self.system)
         blocks, tail = chain(
             run.fingerprint, finished, open_turn, self.block, self.model.detokenize

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
+from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import Cancelled, CascadeError
 from cascade_cli.prompts.types import Result
 from cascade_cli.server import validate
@@ -127,8 +128,10 @@ class Api:
                     # also when the stream never started (the client left first)
                     background=BackgroundTask(self._release, job),
                 )
-            text, result = await self._collect(job, chat)
-            return JSONResponse(shape.whole(text, result))
+            pieces, result = await self._collect(job, chat)
+            thought = "".join(p for p in pieces if isinstance(p, Thought)).strip()
+            answer = "".join(p for p in pieces if not isinstance(p, Thought))
+            return JSONResponse(shape.whole(answer, result, thought))
         except BaseException:
             job.cancel()
             raise
@@ -152,7 +155,7 @@ class Api:
                 job.cancel()
                 return
 
-    async def _collect(self, job: Job, chat: bool) -> tuple[str, Result]:
+    async def _collect(self, job: Job, chat: bool) -> tuple[list[str], Result]:
         pieces: list[str] = []
         while True:
             kind, value = await job.events.get()
@@ -161,7 +164,7 @@ class Api:
             elif kind == "done":
                 if value.cancelled:
                     raise stopping()
-                return "".join(pieces), value
+                return pieces, value
             else:
                 raise _error_of(value, chat)
 

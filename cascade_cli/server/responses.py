@@ -7,6 +7,7 @@ import secrets
 import time
 from typing import Any
 
+from cascade_cli.engine.reasoning import Thought
 from cascade_cli.prompts.types import Result, Timings
 
 
@@ -66,11 +67,14 @@ class Shape:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def whole(self, text: str, result: Result) -> dict[str, Any]:
-        """The non-streamed response."""
+    def whole(self, text: str, result: Result, reasoning: str = "") -> dict[str, Any]:
+        """The non-streamed response (`reasoning`: a reasoning model's thinking, as
+        `message.reasoning_content` — llama.cpp's and DeepSeek's field)."""
         choice: dict[str, Any] = {"index": 0}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
+            if reasoning:
+                choice["message"]["reasoning_content"] = reasoning
         else:
             choice["text"] = text
         choice["logprobs"] = None
@@ -87,13 +91,16 @@ class Shape:
     def chunk(
         self, piece: str | None, *, role: bool = False, finish: str | None = None
     ) -> dict[str, Any]:
-        """One streamed chunk: a delta (chat) or text (completions); ``finish`` ends it."""
+        """One streamed chunk: a delta (chat; a Thought piece as `reasoning_content`) or text
+        (completions); ``finish`` ends it."""
         choice: dict[str, Any] = {"index": 0}
         if self.chat:
             delta: dict[str, Any] = {}
             if role:
                 delta["role"] = "assistant"
-            if piece is not None:
+            if isinstance(piece, Thought):
+                delta["reasoning_content"] = str(piece)
+            elif piece is not None:
                 delta["content"] = piece
             choice["delta"] = delta
         else:

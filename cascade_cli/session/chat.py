@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from cascade_cli.engine import Sampler
 from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.reasoning import answer
 from cascade_cli.errors import InputError
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
@@ -162,6 +163,8 @@ class ChatSession(SessionState):
         tokens = q + reply + close
         turn = self.s.turns + 1
         reply_text = self.model.detokenize(reply)
+        if self.model.think and self.model.reasoning:  # the transcript keeps the answer
+            reply_text = answer(self.model.reasoning, self.model.detokenize(reply, True)).strip()
         said = self.model.detokenize(q) if long else f"User: {text}"
         pieces = self.split(tokens)
         made: list[Chunk] = []

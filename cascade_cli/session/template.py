@@ -8,7 +8,7 @@ template's own parts are tokenized with parse_special=True; message text never i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cascade_cli.engine import Model
 from cascade_cli.errors import EngineError
@@ -70,12 +70,12 @@ def _split(rendered: str) -> tuple[str, str]:
     return head, tail
 
 
-_TEMPLATES: dict[tuple[int, str], Template] = {}
+_TEMPLATES: dict[tuple[int, str, bool], Template] = {}
 
 
 def template(model: Model) -> Template:
-    """The model's template split per message (computed once per loaded model)."""
-    key = (id(model), str(model.path))
+    """The model's template split per message (computed once per loaded model and `think`)."""
+    key = (id(model), str(model.path), model.think)
     if key not in _TEMPLATES:
         _TEMPLATES[key] = _build(model)
     return _TEMPLATES[key]
@@ -114,4 +114,6 @@ def _build(model: Model) -> Template:
             " message by message",
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
+    if model.reply_opening:  # a reasoning model answering without thinking (engine.reasoning)
+        return replace(tpl, header=header + model.reply_opening)
     return tpl

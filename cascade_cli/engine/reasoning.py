@@ -1,0 +1,156 @@
+"""Reasoning models: replies that think before they answer, kept apart from the answer.
+
+Two output formats are known (named by the model's chat template):
+- "think": `<think> … </think>` before the answer (Qwen3, DeepSeek-R1 and its distills, SmolLM3,
+  QwQ, Magistral's `[THINK]` is not one of them);
+- "harmony": gpt-oss's channels, `<|channel|>analysis<|message|> … <|end|><|start|>assistant
+  <|channel|>final<|message|> …` (llama.cpp renders these tokens as text for gpt-oss).
+
+With thinking off (the default: a long document's answer should not wait for a page of
+reasoning, nor spend `--max-tokens` on it), the reply is opened the way these models' own
+templates open a reply without thinking: an empty `<think>\\n\\n</think>\\n\\n` block, or the
+final channel. With it on, `Splitter` tells the reasoning (`Thought` pieces) from the answer
+(plain `str` pieces) as the reply streams; what is stored as the reply's text is the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+FORMATS = ("think", "harmony")
+_OPEN, _CLOSE = "<think>", "</think>"
+#: harmony's markers (llama.cpp renders them as text for gpt-oss)
+_MARKS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>")
+_HEADER_END = "<|message|>"
+_MESSAGE_ENDS = ("<|end|>", "<|return|>", "<|call|>", "<|start|>")
+
+
+class Thought(str):
+    """A piece of a reply's reasoning (a plain `str` piece is the answer)."""
+
+    __slots__ = ()
+
+
+class Templated(Protocol):
+    def chat_template(self) -> str: ...
+
+
+def detect(model: Templated) -> str:
+    """The model's reasoning format ("think", "harmony") from its chat template, or ""."""
+    text = model.chat_template()
+    if "<|channel|>" in text:
+        return "harmony"
+    if _CLOSE in text:
+        return "think"
+    return ""
+
+
+def opening(fmt: str) -> str:
+    """Template text that opens a reply without reasoning (decoded after the reply header)."""
+    if fmt == "think":
+        return f"{_OPEN}\n\n{_CLOSE}\n\n"
+    if fmt == "harmony":
+        return "<|channel|>final<|message|>"
+    return ""
+
+
+def _held(text: str, marks: tuple[str, ...]) -> int:
+    """Where a suffix of `text` that could begin one of `marks` starts (len(text): none)."""
+    for i in range(max(0, len(text) - max(len(m) for m in marks) + 1), len(text)):
+        tail = text[i:]
+        if any(m.startswith(tail) for m in marks):
+            return i
+    return len(text)
+
+
+class Splitter:
+    """Splits a streamed reply of format `fmt` into Thought and answer pieces; markers are
+    dropped. A reply that does not open with the format's markers is all answer."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.buf = ""
+        self.state = {"think": "lead", "harmony": "header"}.get(fmt, "answer")
+        self.channel = ""
+        self.fresh = False
+
+    def push(self, piece: str) -> list[str]:
+        """The pieces `piece` completes (Thought or str), in order."""
+        self.buf += piece
+        out: list[str] = []
+        while True:
+            before = (self.state, len(self.buf))
+            self._step(out, final=False)
+            if (self.state, len(self.buf)) == before:
+                return [p for p in out if p]
+
+    def flush(self) -> list[str]:
+        """Whatever is still held, at the reply's end."""
+        out: list[str] = []
+        self._step(out, final=True)
+        rest, self.buf = self.buf, ""
+        if rest and self.state in ("reason", "answer", "message", "lead"):
+            out.append(self._piece(rest))
+        return [p for p in out if p]
+
+    def _piece(self, text: str) -> str:
+        if self.state == "reason" or (self.state == "message" and self.channel != "final"):
+            return Thought(text)
+        return text
+
+    def _step(self, out: list[str], final: bool) -> None:
+        if self.state == "answer":
+            out.append(self.buf)
+            self.buf = ""
+        elif self.state == "lead":  # does the reply open a think block?
+            text = self.buf.lstrip()
+            if text.startswith(_OPEN):
+                self.buf, self.state, self.fresh = text[len(_OPEN) :], "reason", True
+            elif not (_OPEN.startswith(text) and not final):
+                self.state = "answer"
+        elif self.state == "reason":
+            if self.fresh:  # the reasoning starts at its first non-blank character
+                self.buf = self.buf.lstrip()
+                self.fresh = not self.buf
+            at = self.buf.find(_CLOSE)
+            if at >= 0:
+                out.append(Thought(self.buf[:at]))
+                self.buf, self.state = self.buf[at + len(_CLOSE) :], "after"
+            else:
+                keep = len(self.buf) if final else _held(self.buf, (_CLOSE,))
+                out.append(Thought(self.buf[:keep]))
+                self.buf = self.buf[keep:]
+        elif self.state == "after":  # the blank lines between the reasoning and the answer
+            text = self.buf.lstrip()
+            if text or final:
+                self.buf, self.state = text, "answer"
+        elif self.state == "header":
+            at = self.buf.find(_HEADER_END)
+            if at >= 0:
+                head = self.buf[:at]
+                self.channel = "final" if "final" in head else "analysis"
+                self.buf, self.state = self.buf[at + len(_HEADER_END) :], "message"
+            else:
+                text = self.buf.lstrip()
+                if text and not (text.startswith("<|") or (not final and "<|".startswith(text))):
+                    self.channel, self.state = "final", "message"  # no header: all answer
+        elif self.state == "message":
+            ends = [(self.buf.find(m), m) for m in _MESSAGE_ENDS if m in self.buf]
+            if ends:
+                at, mark = min(ends)
+                out.append(self._piece(self.buf[:at]))
+                rest = self.buf[at + len(mark) :]
+                self.buf, self.state = (mark + rest if mark == "<|start|>" else rest), "header"
+            else:
+                keep = len(self.buf) if final else _held(self.buf, _MARKS)
+                out.append(self._piece(self.buf[:keep]))
+                self.buf = self.buf[keep:]
+
+
+def answer(fmt: str, text: str) -> str:
+    """The answer part of a whole reply's text (all of it for fmt "")."""
+    if not fmt:
+        return text
+    split = Splitter(fmt)
+    pieces = split.push(text) + split.flush()
+    return "".join(p for p in pieces if not isinstance(p, Thought))

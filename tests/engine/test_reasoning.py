@@ -1,0 +1,107 @@
+"""Reasoning models: the format read from the template, replies opened without thinking, and
+thinking split from the answer as the reply streams (the default model in a reasoning model's
+template, tests/engine/retemplate.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
+from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.reasoning import Splitter, Thought, answer, opening
+from cascade_cli.paging.prompt import frame
+from cascade_cli.session.template import template
+from tests.engine.retemplate import THINK, retemplate
+
+HARMONY = THINK.replace("<think>", "<|channel|>analysis<|message|>")
+
+
+@pytest.fixture(scope="module")
+def thinker(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
+    path = retemplate(model_path, tmp_path_factory.mktemp("think") / "think.gguf", THINK)
+    with Model(path) as m:
+        yield m
+
+
+def split(fmt: str, text: str, step: int) -> tuple[str, str]:
+    s = Splitter(fmt)
+    out: list[str] = []
+    for i in range(0, len(text), step):
+        out += s.push(text[i : i + step])
+    out += s.flush()
+    return (
+        "".join(p for p in out if isinstance(p, Thought)),
+        "".join(p for p in out if not isinstance(p, Thought)),
+    )
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 1000])
+def test_thinking_is_split_from_the_answer_however_the_text_arrives(step: int) -> None:
+    think = "<think>\n\nThe user wants 6*7.\n</think>\n\nIt is 42."
+    assert split("think", think, step) == ("The user wants 6*7.\n", "It is 42.")
+    harmony = (
+        "<|channel|>analysis<|message|>Easy sum.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>It is 42."
+    )
+    assert split("harmony", harmony, step) == ("Easy sum.", "It is 42.")
+    # replies that never open the format are all answer, markup-like text included
+    assert split("think", "  a <b>tag</b> and <thin", step) == ("", "  a <b>tag</b> and <thin")
+    assert split("harmony", "x < 5 and <| y", step) == ("", "x < 5 and <| y")
+    # cut off while thinking: all of it is reasoning, no answer
+    assert split("think", "<think>still going", step) == ("still going", "")
+    assert split("", "<think>a</think>b", step) == ("", "<think>a</think>b")
+
+
+def test_answer_keeps_only_the_answer() -> None:
+    assert answer("think", "<think>hmm</think>\n\nYes.") == "Yes."
+    assert answer("", "<think>hmm</think>Yes.") == "<think>hmm</think>Yes."
+
+
+def test_the_format_is_read_from_the_template(
+    model: Model, thinker: Model, model_path: Path, tmp_path: Path
+) -> None:
+    assert model.reasoning == ""
+    assert thinker.reasoning == "think"
+    with Model(retemplate(model_path, tmp_path / "harmony.gguf", HARMONY)) as gpt:
+        assert gpt.reasoning == "harmony"
+
+
+def test_with_thinking_off_every_reply_opens_without_it(model: Model, thinker: Model) -> None:
+    plain = template(model).header
+    assert template(thinker).header == plain + opening("think")
+    assert frame(thinker).after_question == frame(model).after_question + opening("think")
+    thinker.think = True
+    try:
+        assert template(thinker).header == plain
+        assert frame(thinker).after_question == frame(model).after_question
+    finally:
+        thinker.think = False
+    assert model.reply_opening == ""  # other models are untouched
+
+
+def _reply(m: Model, prompt: str) -> list[str]:
+    with Context(m, 512, 1, 256, 2) as ctx:
+        tokens = m.tokenize(prompt, add_special=True)
+        ctx.decode(tokens, 0, 0)
+        gen = Generation(pos=len(tokens))
+        with Sampler(SamplerSettings(temperature=0.0, guard="off"), m) as s:
+            return list(generate(ctx, s, 0, gen, 16))
+
+
+def test_a_thinking_reply_streams_its_reasoning_apart(thinker: Model) -> None:
+    # the pattern makes the greedy reply open a think block as the lines before it do
+    prompt = "".join(f"Q{i}: <think>add one</think> {i + 1}\n" for i in range(1, 6)) + "Q6:"
+    thinker.think = True
+    try:
+        pieces = _reply(thinker, prompt)
+    finally:
+        thinker.think = False
+    assert "".join(p for p in pieces if isinstance(p, Thought)) == "add one"
+    assert "".join(p for p in pieces if not isinstance(p, Thought)).startswith("7")
+    # thinking off: the reply is text as the model wrote it (nothing split)
+    off = _reply(thinker, prompt)
+    assert not any(isinstance(p, Thought) for p in off)
+    assert "".join(off).lstrip().startswith("<think>add one</think>")
