@@ -52,7 +52,8 @@ def generate(
     reasoning as engine.reasoning.Thought pieces and its answer as plain ones (`split` False:
     all as the model wrote it, markers included — a raw completion)."""
     fmt = ctx.model.reasoning if ctx.model.think else ""
-    raw = _generate(ctx, sampler, seq_id, state, max_tokens, limit, special=bool(fmt))
+    marks = ctx.model.reasoning_marks if fmt and split else frozenset()
+    raw = _generate(ctx, sampler, seq_id, state, max_tokens, limit, marks)
     if not fmt or not split:
         yield from raw
         return
@@ -72,7 +73,7 @@ def _generate(
     state: Generation,
     max_tokens: int,
     limit: int | None,
-    special: bool,
+    special: frozenset[int],
 ) -> Generator[str, None, None]:
     """Sample after the last decode (its last row must have logits) and yield text pieces.
 
@@ -83,7 +84,8 @@ def _generate(
     while it forms and then dropped. Whenever the reply ends — a loop, or the consumer closing
     the generator (Ctrl-C, a client gone) — state keeps only the tokens of the text yielded
     (state.tokens, and state.pos no further), so the window and the transcript hold exactly
-    what was shown. `special`: control tokens are rendered (a reasoning format's markers).
+    what was shown. `special`: tokens rendered even where they are control ones (a reasoning format's
+    markers).
     """
     model = ctx.model
     stream = TokenStream()
@@ -106,7 +108,7 @@ def _generate(
                 break
             state.tokens.append(token)
             count += 1
-            piece = stream.push(model.token_bytes(token, special))
+            piece = stream.push(model.token_bytes(token, token in special))
             if piece and guard is None:
                 shown, count = shown + count, 0
                 yield piece

@@ -273,6 +273,15 @@ class Model:
         return self._reasoning
 
     @property
+    def reasoning_marks(self) -> frozenset[int]:
+        """Token ids of the reasoning format's markers (rendered as text while they stream,
+        where they are control tokens: gpt-oss's `<|end|>`)."""
+        ids = [
+            self.tokenize(m, parse_special=True) for m in reasoning.MARKERS.get(self.reasoning, ())
+        ]
+        return frozenset(t[0] for t in ids if len(t) == 1)
+
+    @property
     def reply_opening(self) -> str:
         """Template text decoded after every reply header: with thinking off, a reasoning
         model's reply opened without reasoning (engine.reasoning.opening)."""

@@ -7,14 +7,15 @@ Two output formats are known (named by the model's chat template):
   <|channel|>final<|message|> …` (llama.cpp renders these tokens as text for gpt-oss).
 
 With thinking off (the default: a long document's answer should not wait for a page of
-reasoning, nor spend `--max-tokens` on it), the reply is opened the way these models' own
-templates open a reply without thinking: an empty `<think>\\n\\n</think>\\n\\n` block, or the
-final channel. With it on, `Splitter` tells the reasoning (`Thought` pieces) from the answer
+reasoning, nor spend `--max-tokens` on it), the reply is opened without it: an empty
+`<think>\\n\\n</think>\\n\\n` block (what Qwen3's template writes when thinking is off), or
+gpt-oss's final channel (cascade's choice: gpt-oss has no such mode). With it on, `Splitter` tells the reasoning (`Thought` pieces) from the answer
 (plain `str` pieces) as the reply streams; what is stored as the reply's text is the answer.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 FORMATS = ("think", "harmony")
@@ -22,7 +23,11 @@ _OPEN, _CLOSE = "<think>", "</think>"
 #: harmony's markers (llama.cpp renders them as text for gpt-oss)
 _MARKS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>")
 _HEADER_END = "<|message|>"
-_MESSAGE_ENDS = ("<|end|>", "<|return|>", "<|call|>", "<|start|>")
+#: what ends a message; the last two also begin the next header
+_MESSAGE_ENDS = ("<|end|>", "<|return|>", "<|call|>", "<|start|>", "<|channel|>")
+_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
+#: the marker texts of each format (their tokens are rendered even where they are control ones)
+MARKERS = {"think": (_OPEN, _CLOSE), "harmony": (*_MARKS, "<|constrain|>")}
 
 
 class Thought(str):
@@ -50,8 +55,30 @@ def opening(fmt: str) -> str:
     if fmt == "think":
         return f"{_OPEN}\n\n{_CLOSE}\n\n"
     if fmt == "harmony":
-        return "<|channel|>final<|message|>"
+        return FINAL
     return ""
+
+
+#: what opens gpt-oss's answer: also written before a past reply's text when thinking is on
+FINAL = "<|channel|>final<|message|>"
+
+
+def answer_at(fmt: str, text: str) -> int:
+    """Where the answer begins in a whole reply's text (0: no reasoning before it; len(text):
+    all reasoning)."""
+    if fmt == "think" and text.lstrip().startswith(_OPEN):
+        end = text.find(_CLOSE)
+        if end < 0:
+            return len(text)
+        end += len(_CLOSE)
+        return end + len(text[end:]) - len(text[end:].lstrip())
+    if fmt == "harmony" and text.lstrip().startswith("<|"):
+        final = [m for m in _CHANNEL.finditer(text) if m.group(1) == "final"]
+        if not final:
+            return len(text)
+        at = text.find(_HEADER_END, final[-1].end())
+        return len(text) if at < 0 else at + len(_HEADER_END)
+    return 0
 
 
 def _held(text: str, marks: tuple[str, ...]) -> int:
@@ -127,8 +154,8 @@ class Splitter:
         elif self.state == "header":
             at = self.buf.find(_HEADER_END)
             if at >= 0:
-                head = self.buf[:at]
-                self.channel = "final" if "final" in head else "analysis"
+                named = _CHANNEL.search(self.buf[:at])
+                self.channel = named.group(1) if named else "final"
                 self.buf, self.state = self.buf[at + len(_HEADER_END) :], "message"
             else:
                 text = self.buf.lstrip()
@@ -140,17 +167,33 @@ class Splitter:
                 at, mark = min(ends)
                 out.append(self._piece(self.buf[:at]))
                 rest = self.buf[at + len(mark) :]
-                self.buf, self.state = (mark + rest if mark == "<|start|>" else rest), "header"
+                again = mark in ("<|start|>", "<|channel|>")  # a header begins with it
+                self.buf, self.state = (mark + rest if again else rest), "header"
             else:
                 keep = len(self.buf) if final else _held(self.buf, _MARKS)
                 out.append(self._piece(self.buf[:keep]))
                 self.buf = self.buf[keep:]
 
 
-def answer(fmt: str, text: str) -> str:
-    """The answer part of a whole reply's text (all of it for fmt "")."""
-    if not fmt:
-        return text
-    split = Splitter(fmt)
-    pieces = split.push(text) + split.flush()
-    return "".join(p for p in pieces if not isinstance(p, Thought))
+class Vocab(Protocol):
+    think: bool
+
+    @property
+    def reasoning(self) -> str: ...
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes: ...
+
+
+def thought_tokens(model: Vocab, reply: list[int]) -> int:
+    """How many of a reply's first tokens are its reasoning (0 with thinking off)."""
+    if not (model.think and model.reasoning) or not reply:
+        return 0
+    pieces = [model.token_bytes(t, True) for t in reply]
+    text = b"".join(pieces).decode("utf-8", "replace")
+    cut = len(text[: answer_at(model.reasoning, text)].encode("utf-8"))
+    total = 0
+    for i, piece in enumerate(pieces):
+        if total >= cut:
+            return i
+        total += len(piece)
+    return len(pieces)

@@ -24,6 +24,7 @@ class Frame:
     prefix: list[int]
     after_doc: str  # template text between the document and the question
     after_question: str  # template text that closes the user turn and opens the reply
+    cue: str = "Answer: "  # what the reply follows ("" while a reasoning model thinks first)
 
 
 _FRAMES: dict[tuple[int, str, str, bool], Frame] = {}
@@ -47,7 +48,8 @@ def _build(model: Model, system: str) -> Frame:
     full = model.apply_chat_template([("system", system), ("user", f"{_MARK}\n\n{probe}")])
     after_mark = full.split(_MARK, 1)[1]
     between, closing = after_mark.split(probe, 1)
-    return Frame(prefix=prefix, after_doc=between, after_question=closing + model.reply_opening)
+    thinking = model.think and bool(model.reasoning)  # its reply opens with its reasoning
+    return Frame(prefix, between, closing + model.reply_opening, "" if thinking else "Answer: ")
 
 
 def question_tokens(
@@ -78,7 +80,7 @@ def _tail(fr: Frame, question: str) -> list[tuple[str, bool]]:
     return [
         ("Question: ", True),
         (question.strip(), False),  # never parsed as special
-        (f"{fr.after_question}Answer: ", True),
+        (f"{fr.after_question}{fr.cue}", True),
     ]
 
 

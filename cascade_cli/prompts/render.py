@@ -92,15 +92,15 @@ def segments(
             if _role(msgs[i + 1]) == "assistant":
                 reply = msgs[i + 1].content
                 if i + 1 == len(msgs) - 1:  # a reply to continue (assistant prefill)
-                    return out, tpl.user(m.content) + tpl.plain(reply), question
-                tokens = tpl.user(m.content) + tpl.plain(reply) + tpl.close()
+                    return out, tpl.user(m.content) + tpl.reply(reply), question
+                tokens = tpl.user(m.content) + tpl.reply(reply) + tpl.close()
                 out.append((tokens, f"User: {m.content}\nAssistant: {reply}"))
                 i += 2
                 continue
             tokens = tpl.special(tpl.user_open) + tpl.plain(m.content)
             out.append((tokens + tpl.special(tpl.user_close), f"User: {m.content}"))
         elif role == "assistant":
-            head = tpl.special(tpl.header) + tpl.plain(m.content)
+            head = tpl.special(tpl.header) + tpl.reply(m.content)
             if last:
                 return out, head, question
             out.append((head + tpl.close(), f"Assistant: {m.content}"))

@@ -100,8 +100,8 @@ class Replier:
         t_first = 0.0
         cut_short = False
         budget = p.max_tokens if p.max_tokens is not None else self.window
+        pieces = generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit, run.chat)
         try:
-            pieces = generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit, run.chat)
             for piece in pieces:
                 if not t_first:
                     t_first = time.perf_counter()
@@ -128,6 +128,7 @@ class Replier:
             cut_short = True  # the client went away (GeneratorExit), or decoding failed
             raise
         finally:
+            pieces.close()  # a reply cut short keeps only the tokens of the text given
             sampler.close()
             end = time.perf_counter()
             t = run.result.timings
@@ -164,7 +165,7 @@ class Replier:
         """Make the window hold the turn as the next request renders it, and store its blocks:
         the reply re-tokenized from the text the client got (tokens past the first difference
         are decoded again), then the template's closing tokens."""
-        canon = self.tpl.plain(text)
+        canon = self.tpl.reply(text)
         same = 0
         while same < min(len(canon), len(decoded)) and canon[same] == decoded[same]:
             same += 1

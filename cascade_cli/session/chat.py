@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from cascade_cli.engine import Sampler
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.engine.reasoning import answer
+from cascade_cli.engine.reasoning import thought_tokens
 from cascade_cli.errors import InputError
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
@@ -162,16 +162,21 @@ class ChatSession(SessionState):
         win.append(close)
         tokens = q + reply + close
         turn = self.s.turns + 1
-        reply_text = self.model.detokenize(reply)
-        if self.model.think and self.model.reasoning:  # the transcript keeps the answer
-            reply_text = answer(self.model.reasoning, self.model.detokenize(reply, True)).strip()
+        thought = thought_tokens(self.model, reply)  # the transcript and recall keep the answer
+        reply_text = self.model.detokenize(reply[thought:])
+        reply_text = reply_text.strip() if thought else reply_text
         said = self.model.detokenize(q) if long else f"User: {text}"
         pieces = self.split(tokens)
         made: list[Chunk] = []
+        at = 0  # where the piece starts in the turn's tokens
         for piece in pieces:
             idx = max(self.chunks) + 1
             words = f"{said}\nAssistant: {reply_text}" if len(pieces) == 1 else None
-            chunk = Chunk(idx, turn, piece, words or self.model.detokenize(piece))
+            if words is None:  # a long turn's piece: its text, less the reply's reasoning
+                skip = range(len(q) - at, len(q) + thought - at)
+                words = self.model.detokenize([t for i, t in enumerate(piece) if i not in skip])
+            at += len(piece)
+            chunk = Chunk(idx, turn, piece, words)
             self.chunks[idx] = chunk
             self.pages.append(self.page(self.s.key(idx)), start)
             start += len(piece)

@@ -102,7 +102,7 @@ def rechunk(chat: SessionState, system: list[int], reason: str | None) -> None:
 
 def turn_chunks(chat: SessionState, first: int, turn: int, user: str, reply: str) -> list[Chunk]:
     """A finished turn's chunk(s) from its text (one, or several for a long message)."""
-    tokens = chat.tpl.user(user) + chat.tpl.plain(reply) + chat.tpl.close()
+    tokens = chat.tpl.user(user) + chat.tpl.reply(reply) + chat.tpl.close()
     text = f"User: {user}\nAssistant: {reply}"
     pieces = chat.split(tokens)
     if len(pieces) == 1:

@@ -8,9 +8,10 @@ template's own parts are tokenized with parse_special=True; message text never i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cascade_cli.engine import Model
+from cascade_cli.engine.reasoning import FINAL
 from cascade_cli.errors import EngineError
 
 _MARK = "@@CASCADE-MESSAGE@@"
@@ -27,6 +28,8 @@ class Template:
     user_close: str
     header: str  # opens the assistant's reply
     reply_close: str
+    #: written before a past reply's text (gpt-oss thinking: its final channel's header)
+    reply_open: str = ""
 
     def special(self, text: str, first: bool = False) -> list[int]:
         return self.model.tokenize(text, add_special=first, parse_special=True) if text else []
@@ -54,6 +57,10 @@ class Template:
             self.plain(text),
             self.special(self.user_close + self.header),
         )
+
+    def reply(self, text: str) -> list[int]:
+        """A past reply's text as the window holds it after the reply header."""
+        return self.special(self.reply_open) + self.plain(text)
 
     def close(self) -> list[int]:
         """Tokens that end a reply (decoded after the end-of-generation token is sampled)."""
@@ -97,15 +104,18 @@ def _build(model: Model) -> Template:
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
     header = opened[len(plain) :]
-    _, reply_close = _split(render([("assistant", _MARK)], add_assistant=False))
-    tpl = Template(model, sys_open, sys_close, user_open, user_close, header, reply_close)
+    reply_open, reply_close = _split(render([("assistant", _MARK)], add_assistant=False))
+    # a past reply may open with more than the reply header (gpt-oss: `<|message|>` after
+    # `<|start|>assistant`): what a reply writes first, so the header takes it too — except for
+    # a harmony model, which writes its own channel (or is given one: engine.reasoning.opening)
+    extra = reply_open[len(header) :] if reply_open.startswith(header) else ""
     # the pieces must add up to the whole conversation, or chunks could not be concatenated
     convo = [("system", "S"), ("user", "U1"), ("assistant", "A1"), ("user", "U2")]
     if not own_role:
         convo = [("user", "S"), *convo[1:]]
     whole = render(convo, add_assistant=True)
     pieces = (
-        f"{sys_open}S{sys_close}{user_open}U1{user_close}{header}A1{reply_close}"
+        f"{sys_open}S{sys_close}{user_open}U1{user_close}{header}{extra}A1{reply_close}"
         f"{user_open}U2{user_close}{header}"
     )
     if whole != pieces:
@@ -114,6 +124,9 @@ def _build(model: Model) -> Template:
             " message by message",
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
-    if model.reply_opening:  # a reasoning model answering without thinking (engine.reasoning)
-        return replace(tpl, header=header + model.reply_opening)
-    return tpl
+    past = ""
+    if model.reasoning == "harmony":  # its replies open their own channel: past ones, the final
+        extra, past = "", "" if model.reply_opening else FINAL
+    # with thinking off, a reasoning model's reply opens without it (engine.reasoning)
+    header += extra + model.reply_opening
+    return Template(model, sys_open, sys_close, user_open, user_close, header, reply_close, past)

@@ -11,12 +11,17 @@ import pytest
 
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.engine.reasoning import Splitter, Thought, answer, opening
+from cascade_cli.engine.reasoning import Splitter, Thought, answer_at, opening, thought_tokens
 from cascade_cli.paging.prompt import frame
 from cascade_cli.session.template import template
 from tests.engine.retemplate import THINK, retemplate
 
 HARMONY = THINK.replace("<think>", "<|channel|>analysis<|message|>")
+#: llama.cpp reads gpt-oss's format from `<|channel|>` and renders its own version of it
+GPT_OSS = (
+    "{% for m in messages %}<|start|>{{ m['role'] }}<|channel|>final<|message|>"
+    "{{ m['content'] }}<|end|>{% endfor %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +55,30 @@ def test_thinking_is_split_from_the_answer_however_the_text_arrives(step: int) -
     # replies that never open the format are all answer, markup-like text included
     assert split("think", "  a <b>tag</b> and <thin", step) == ("", "  a <b>tag</b> and <thin")
     assert split("harmony", "x < 5 and <| y", step) == ("", "x < 5 and <| y")
+    # channels are named exactly; a header may follow a message without an end marker
+    tool = "<|channel|>commentary to=functions.finalize<|message|>{}<|call|>"
+    assert split("harmony", tool, step) == ("{}", "")
+    assert split(
+        "harmony", "<|channel|>analysis<|message|>a<|channel|>final<|message|>b", step
+    ) == (
+        "a",
+        "b",
+    )
     # cut off while thinking: all of it is reasoning, no answer
     assert split("think", "<think>still going", step) == ("still going", "")
     assert split("", "<think>a</think>b", step) == ("", "<think>a</think>b")
 
 
-def test_answer_keeps_only_the_answer() -> None:
-    assert answer("think", "<think>hmm</think>\n\nYes.") == "Yes."
-    assert answer("", "<think>hmm</think>Yes.") == "<think>hmm</think>Yes."
+def test_answer_at_finds_where_the_answer_begins() -> None:
+    def after(fmt: str, text: str) -> str:
+        return text[answer_at(fmt, text) :]
+
+    assert after("think", "<think>hmm</think>\n\nYes.") == "Yes."
+    assert after("think", "Yes.") == "Yes."
+    assert after("think", "<think>still") == ""
+    harmony = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>Y"
+    assert after("harmony", harmony) == "Y"
+    assert after("", "<think>hmm</think>Yes.") == "<think>hmm</think>Yes."
 
 
 def test_the_format_is_read_from_the_template(
@@ -73,10 +94,14 @@ def test_with_thinking_off_every_reply_opens_without_it(model: Model, thinker: M
     plain = template(model).header
     assert template(thinker).header == plain + opening("think")
     assert frame(thinker).after_question == frame(model).after_question + opening("think")
+    assert frame(thinker).cue == frame(model).cue == "Answer: "
     thinker.think = True
     try:
         assert template(thinker).header == plain
         assert frame(thinker).after_question == frame(model).after_question
+        assert frame(thinker).cue == ""  # the reply opens with its reasoning, not an answer
+        reply = thinker.tokenize("<think>\nhm\n</think>\n\nYes.")
+        assert thinker.detokenize(reply[thought_tokens(thinker, reply) :]) == "Yes."
     finally:
         thinker.think = False
     assert model.reply_opening == ""  # other models are untouched
@@ -105,3 +130,19 @@ def test_a_thinking_reply_streams_its_reasoning_apart(thinker: Model) -> None:
     off = _reply(thinker, prompt)
     assert not any(isinstance(p, Thought) for p in off)
     assert "".join(off).lstrip().startswith("<think>add one</think>")
+
+
+def test_a_gpt_oss_template_is_paged_message_by_message(model_path: Path, tmp_path: Path) -> None:
+    # llama.cpp renders a past reply as `<|start|>assistant<|message|>…<|return|>` after a
+    # `<|start|>assistant` header; this was refused as "merges messages" before
+    with Model(retemplate(model_path, tmp_path / "gpt.gguf", GPT_OSS)) as gpt:
+        assert gpt.reasoning == "harmony"
+        tpl = template(gpt)
+        assert tpl.header == "<|start|>assistant<|channel|>final<|message|>"  # thinking off
+        assert tpl.reply_close == "<|return|>"
+        assert tpl.reply("Hi.") == tpl.plain("Hi.")
+        gpt.think = True
+        thinking = template(gpt)
+        assert thinking.header == "<|start|>assistant"  # the model opens its channel
+        # a past reply is its answer in the final channel, however it was reached
+        assert gpt.detokenize(thinking.reply("Hi.")) == "<|channel|>final<|message|>Hi."
