@@ -283,9 +283,14 @@ class Model:
 
     @property
     def reply_opening(self) -> str:
-        """Template text decoded after every reply header: with thinking off, a reasoning
-        model's reply opened without reasoning (engine.reasoning.opening)."""
-        return "" if self.think else reasoning.opening(self.reasoning)
+        """Template text decoded after every reply header (engine.reasoning.opening: a reasoning
+        model's reply opened with or without thinking, as `think` says)."""
+        return reasoning.opening(self.reasoning, self.think)
+
+    @property
+    def reply_past(self) -> str:
+        """Template text between the opening and a past reply's answer (reasoning.past)."""
+        return reasoning.past(self.reasoning, self.think)
 
     def apply_chat_template(
         self, messages: Sequence[tuple[str, str]], add_assistant: bool = True

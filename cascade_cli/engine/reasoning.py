@@ -9,8 +9,12 @@ Two output formats are known (named by the model's chat template):
 With thinking off (the default: a long document's answer should not wait for a page of
 reasoning, nor spend `--max-tokens` on it), the reply is opened without it: an empty
 `<think>\\n\\n</think>\\n\\n` block (what Qwen3's template writes when thinking is off), or
-gpt-oss's final channel (cascade's choice: gpt-oss has no such mode). With it on, `Splitter` tells the reasoning (`Thought` pieces) from the answer
-(plain `str` pieces) as the reply streams; what is stored as the reply's text is the answer.
+gpt-oss's final channel (cascade's choice: gpt-oss has no such mode). With it on, the reply is
+opened with `<think>\\n` (what the templates of QwQ and the R1 distills always write, and what
+Qwen3 writes first when it thinks), gpt-oss's left to open its channel, and `Splitter` tells the
+reasoning (`Thought` pieces) from the answer (plain `str` pieces) as the reply streams. What is
+kept as the reply's text is the answer; a past reply is rendered as its answer after the empty
+block (think) or in the final channel (harmony), whichever way it was reached.
 """
 
 from __future__ import annotations
@@ -50,13 +54,21 @@ def detect(model: Templated) -> str:
     return ""
 
 
-def opening(fmt: str) -> str:
-    """Template text that opens a reply without reasoning (decoded after the reply header)."""
+def opening(fmt: str, think: bool) -> str:
+    """Template text decoded after the reply header of a model of format `fmt`."""
     if fmt == "think":
-        return f"{_OPEN}\n\n{_CLOSE}\n\n"
-    if fmt == "harmony":
+        return f"{_OPEN}\n" if think else f"{_OPEN}\n\n{_CLOSE}\n\n"
+    if fmt == "harmony" and not think:
         return FINAL
     return ""
+
+
+def past(fmt: str, think: bool) -> str:
+    """Template text between the opening and a past reply's answer (with thinking on: the
+    reasoning, which is not kept, replaced by an empty one)."""
+    if not think:
+        return ""
+    return {"think": f"\n{_CLOSE}\n\n", "harmony": FINAL}.get(fmt, "")
 
 
 #: what opens gpt-oss's answer: also written before a past reply's text when thinking is on
@@ -64,9 +76,9 @@ FINAL = "<|channel|>final<|message|>"
 
 
 def answer_at(fmt: str, text: str) -> int:
-    """Where the answer begins in a whole reply's text (0: no reasoning before it; len(text):
-    all reasoning)."""
-    if fmt == "think" and text.lstrip().startswith(_OPEN):
+    """Where the answer begins in the text of a reply opened with thinking on (0: nothing
+    before it; len(text): all reasoning)."""
+    if fmt == "think":
         end = text.find(_CLOSE)
         if end < 0:
             return len(text)
@@ -91,15 +103,16 @@ def _held(text: str, marks: tuple[str, ...]) -> int:
 
 
 class Splitter:
-    """Splits a streamed reply of format `fmt` into Thought and answer pieces; markers are
-    dropped. A reply that does not open with the format's markers is all answer."""
+    """Splits a streamed reply of format `fmt`, opened with thinking on, into Thought and
+    answer pieces; markers are dropped. A gpt-oss reply that opens no channel is all answer; a
+    think block never closed is all reasoning."""
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
         self.buf = ""
-        self.state = {"think": "lead", "harmony": "header"}.get(fmt, "answer")
+        self.state = {"think": "reason", "harmony": "header"}.get(fmt, "answer")
         self.channel = ""
-        self.fresh = False
+        self.fresh = True
 
     def push(self, piece: str) -> list[str]:
         """The pieces `piece` completes (Thought or str), in order."""
@@ -116,7 +129,7 @@ class Splitter:
         out: list[str] = []
         self._step(out, final=True)
         rest, self.buf = self.buf, ""
-        if rest and self.state in ("reason", "answer", "message", "lead"):
+        if rest and self.state in ("reason", "answer", "message"):
             out.append(self._piece(rest))
         return [p for p in out if p]
 
@@ -129,12 +142,6 @@ class Splitter:
         if self.state == "answer":
             out.append(self.buf)
             self.buf = ""
-        elif self.state == "lead":  # does the reply open a think block?
-            text = self.buf.lstrip()
-            if text.startswith(_OPEN):
-                self.buf, self.state, self.fresh = text[len(_OPEN) :], "reason", True
-            elif not (_OPEN.startswith(text) and not final):
-                self.state = "answer"
         elif self.state == "reason":
             if self.fresh:  # the reasoning starts at its first non-blank character
                 self.buf = self.buf.lstrip()

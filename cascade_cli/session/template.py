@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cascade_cli.engine import Model
-from cascade_cli.engine.reasoning import FINAL
 from cascade_cli.errors import EngineError
 
 _MARK = "@@CASCADE-MESSAGE@@"
@@ -28,7 +27,7 @@ class Template:
     user_close: str
     header: str  # opens the assistant's reply
     reply_close: str
-    #: written before a past reply's text (gpt-oss thinking: its final channel's header)
+    #: written before a past reply's text (with thinking on: engine.reasoning.past)
     reply_open: str = ""
 
     def special(self, text: str, first: bool = False) -> list[int]:
@@ -124,9 +123,10 @@ def _build(model: Model) -> Template:
             " message by message",
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
-    past = ""
-    if model.reasoning == "harmony":  # its replies open their own channel: past ones, the final
-        extra, past = "", "" if model.reply_opening else FINAL
-    # with thinking off, a reasoning model's reply opens without it (engine.reasoning)
+    if model.reasoning == "harmony":  # its replies open a channel (engine.reasoning)
+        extra = ""
+    # a reasoning model's reply opens with its thinking or without (engine.reasoning)
     header += extra + model.reply_opening
-    return Template(model, sys_open, sys_close, user_open, user_close, header, reply_close, past)
+    return Template(
+        model, sys_open, sys_close, user_open, user_close, header, reply_close, model.reply_past
+    )

@@ -45,27 +45,22 @@ def split(fmt: str, text: str, step: int) -> tuple[str, str]:
 
 @pytest.mark.parametrize("step", [1, 2, 5, 1000])
 def test_thinking_is_split_from_the_answer_however_the_text_arrives(step: int) -> None:
-    think = "<think>\n\nThe user wants 6*7.\n</think>\n\nIt is 42."
+    # a think reply opened with thinking on starts inside its reasoning
+    think = "\n\nThe user wants 6*7.\n</think>\n\nIt is 42."
     assert split("think", think, step) == ("The user wants 6*7.\n", "It is 42.")
+    assert split("think", "still going", step) == ("still going", "")  # cut off: no answer
     harmony = (
         "<|channel|>analysis<|message|>Easy sum.<|end|>"
         "<|start|>assistant<|channel|>final<|message|>It is 42."
     )
     assert split("harmony", harmony, step) == ("Easy sum.", "It is 42.")
-    # replies that never open the format are all answer, markup-like text included
-    assert split("think", "  a <b>tag</b> and <thin", step) == ("", "  a <b>tag</b> and <thin")
+    # a gpt-oss reply that opens no channel is all answer, markup-like text included
     assert split("harmony", "x < 5 and <| y", step) == ("", "x < 5 and <| y")
     # channels are named exactly; a header may follow a message without an end marker
     tool = "<|channel|>commentary to=functions.finalize<|message|>{}<|call|>"
     assert split("harmony", tool, step) == ("{}", "")
-    assert split(
-        "harmony", "<|channel|>analysis<|message|>a<|channel|>final<|message|>b", step
-    ) == (
-        "a",
-        "b",
-    )
-    # cut off while thinking: all of it is reasoning, no answer
-    assert split("think", "<think>still going", step) == ("still going", "")
+    two = "<|channel|>analysis<|message|>a<|channel|>final<|message|>b"
+    assert split("harmony", two, step) == ("a", "b")
     assert split("", "<think>a</think>b", step) == ("", "<think>a</think>b")
 
 
@@ -73,9 +68,8 @@ def test_answer_at_finds_where_the_answer_begins() -> None:
     def after(fmt: str, text: str) -> str:
         return text[answer_at(fmt, text) :]
 
-    assert after("think", "<think>hmm</think>\n\nYes.") == "Yes."
-    assert after("think", "Yes.") == "Yes."
-    assert after("think", "<think>still") == ""
+    assert after("think", "hmm</think>\n\nYes.") == "Yes."
+    assert after("think", "still") == ""
     harmony = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>Y"
     assert after("harmony", harmony) == "Y"
     assert after("", "<think>hmm</think>Yes.") == "<think>hmm</think>Yes."
@@ -92,15 +86,23 @@ def test_the_format_is_read_from_the_template(
 
 def test_with_thinking_off_every_reply_opens_without_it(model: Model, thinker: Model) -> None:
     plain = template(model).header
-    assert template(thinker).header == plain + opening("think")
-    assert frame(thinker).after_question == frame(model).after_question + opening("think")
+    off = opening("think", think=False)
+    assert off == "<think>\n\n</think>\n\n"
+    assert template(thinker).header == plain + off
+    assert frame(thinker).after_question == frame(model).after_question + off
+    assert template(thinker).reply("Hi.") == template(thinker).plain("Hi.")
     assert frame(thinker).cue == frame(model).cue == "Answer: "
     thinker.think = True
     try:
-        assert template(thinker).header == plain
-        assert frame(thinker).after_question == frame(model).after_question
+        assert template(thinker).header == plain + "<think>\n"
+        assert frame(thinker).after_question == frame(model).after_question + "<think>\n"
         assert frame(thinker).cue == ""  # the reply opens with its reasoning, not an answer
-        reply = thinker.tokenize("<think>\nhm\n</think>\n\nYes.")
+        # a past reply: its answer after an empty block, as with thinking off
+        tpl = template(thinker)
+        assert thinker.detokenize(tpl.special(tpl.header) + tpl.reply("Hi.")).endswith(
+            "<think>\n\n</think>\n\nHi."
+        )
+        reply = thinker.tokenize("hm\n</think>\n\nYes.")
         assert thinker.detokenize(reply[thought_tokens(thinker, reply) :]) == "Yes."
     finally:
         thinker.think = False
@@ -117,8 +119,9 @@ def _reply(m: Model, prompt: str) -> list[str]:
 
 
 def test_a_thinking_reply_streams_its_reasoning_apart(thinker: Model) -> None:
-    # the pattern makes the greedy reply open a think block as the lines before it do
-    prompt = "".join(f"Q{i}: <think>add one</think> {i + 1}\n" for i in range(1, 6)) + "Q6:"
+    # the pattern makes the greedy reply close its think block as the lines before it do
+    lines = "".join(f"Q{i}: <think>add one</think> {i + 1}\n" for i in range(1, 6))
+    prompt = lines + "Q6: <think>"
     thinker.think = True
     try:
         pieces = _reply(thinker, prompt)
@@ -129,7 +132,7 @@ def test_a_thinking_reply_streams_its_reasoning_apart(thinker: Model) -> None:
     # thinking off: the reply is text as the model wrote it (nothing split)
     off = _reply(thinker, prompt)
     assert not any(isinstance(p, Thought) for p in off)
-    assert "".join(off).lstrip().startswith("<think>add one</think>")
+    assert "".join(off).lstrip().startswith("add one</think>")
 
 
 def test_a_gpt_oss_template_is_paged_message_by_message(model_path: Path, tmp_path: Path) -> None:
