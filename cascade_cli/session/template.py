@@ -108,6 +108,7 @@ def _build(model: Model) -> Template:
     # `<|start|>assistant`): what a reply writes first, so the header takes it too — except for
     # a harmony model, which writes its own channel (or is given one: engine.reasoning.opening)
     extra = reply_open[len(header) :] if reply_open.startswith(header) else ""
+    # (white space there, as Mistral's "[/INST] reply", is the reply's own first token's)
     # the pieces must add up to the whole conversation, or chunks could not be concatenated
     convo = [("system", "S"), ("user", "U1"), ("assistant", "A1"), ("user", "U2")]
     if not own_role:
@@ -123,7 +124,7 @@ def _build(model: Model) -> Template:
             " message by message",
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
-    if model.reasoning == "harmony":  # its replies open a channel (engine.reasoning)
+    if model.reasoning == "harmony" or not extra.strip():  # it opens a channel (reasoning)
         extra = ""
     # a reasoning model's reply opens with its thinking or without (engine.reasoning)
     header += extra + model.reply_opening
