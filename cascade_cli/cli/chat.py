@@ -45,14 +45,15 @@ def _reply(session: ChatSession, text: str) -> None:
     """Stream one reply; Ctrl-C stops it and keeps what was said."""
     stream = session.send(text)
     thinking = False
+    aside = out if sys.stdout.isatty() else err  # piped: stdout holds the answers alone
     try:
         for piece in stream:
-            if isinstance(piece, Thought):  # a reasoning model's thinking, dimmed
-                out.print(piece, style="dim italic", end="", markup=False, highlight=False)
+            if isinstance(piece, Thought):  # a reasoning model's thinking: dimmed, on stderr
+                aside.print(piece, style="dim italic", end="", markup=False, highlight=False)
                 thinking = True
                 continue
             if thinking:
-                out.print()
+                aside.print()
                 thinking = False
             sys.stdout.write(piece)
             sys.stdout.flush()

@@ -47,17 +47,19 @@ def generate(
     max_tokens: int,
     limit: int | None = None,
     split: bool = True,
+    answering: bool = False,
 ) -> Generator[str, None, None]:
     """`_generate`'s text pieces; a reasoning model thinking (`Model.think`) yields its
     reasoning as engine.reasoning.Thought pieces and its answer as plain ones (`split` False:
-    all as the model wrote it, markers included — a raw completion)."""
+    all as the model wrote it, markers included — a raw completion; `answering`: the reply
+    continues an answer the prompt began, an assistant prefill)."""
     fmt = ctx.model.reasoning if ctx.model.think else ""
     marks = ctx.model.reasoning_marks if fmt and split else frozenset()
     raw = _generate(ctx, sampler, seq_id, state, max_tokens, limit, marks)
     if not fmt or not split:
         yield from raw
         return
-    splitter = Splitter(fmt)
+    splitter = Splitter(fmt, answering)
     try:
         for piece in raw:
             yield from splitter.push(piece)

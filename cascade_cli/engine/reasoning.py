@@ -10,7 +10,7 @@ With thinking off (the default: a long document's answer should not wait for a p
 reasoning, nor spend `--max-tokens` on it), the reply is opened without it: an empty
 `<think>\\n\\n</think>\\n\\n` block (what Qwen3's template writes when thinking is off), or
 gpt-oss's final channel (cascade's choice: gpt-oss has no such mode). With it on, the reply is
-opened with `<think>\\n` (what the templates of QwQ and the R1 distills always write, and what
+opened with `<think>` (what the templates of QwQ and the R1 distills always write, and what
 Qwen3 writes first when it thinks), gpt-oss's left to open its channel, and `Splitter` tells the
 reasoning (`Thought` pieces) from the answer (plain `str` pieces) as the reply streams. What is
 kept as the reply's text is the answer; a past reply is rendered as its answer after the empty
@@ -57,7 +57,7 @@ def detect(model: Templated) -> str:
 def opening(fmt: str, think: bool) -> str:
     """Template text decoded after the reply header of a model of format `fmt`."""
     if fmt == "think":
-        return f"{_OPEN}\n" if think else f"{_OPEN}\n\n{_CLOSE}\n\n"
+        return _OPEN if think else f"{_OPEN}\n\n{_CLOSE}\n\n"
     if fmt == "harmony" and not think:
         return FINAL
     return ""
@@ -68,29 +68,11 @@ def past(fmt: str, think: bool) -> str:
     reasoning, which is not kept, replaced by an empty one)."""
     if not think:
         return ""
-    return {"think": f"\n{_CLOSE}\n\n", "harmony": FINAL}.get(fmt, "")
+    return {"think": f"\n\n{_CLOSE}\n\n", "harmony": FINAL}.get(fmt, "")
 
 
 #: what opens gpt-oss's answer: also written before a past reply's text when thinking is on
 FINAL = "<|channel|>final<|message|>"
-
-
-def answer_at(fmt: str, text: str) -> int:
-    """Where the answer begins in the text of a reply opened with thinking on (0: nothing
-    before it; len(text): all reasoning)."""
-    if fmt == "think":
-        end = text.find(_CLOSE)
-        if end < 0:
-            return len(text)
-        end += len(_CLOSE)
-        return end + len(text[end:]) - len(text[end:].lstrip())
-    if fmt == "harmony" and text.lstrip().startswith("<|"):
-        final = [m for m in _CHANNEL.finditer(text) if m.group(1) == "final"]
-        if not final:
-            return len(text)
-        at = text.find(_HEADER_END, final[-1].end())
-        return len(text) if at < 0 else at + len(_HEADER_END)
-    return 0
 
 
 def _held(text: str, marks: tuple[str, ...]) -> int:
@@ -107,12 +89,15 @@ class Splitter:
     answer pieces; markers are dropped. A gpt-oss reply that opens no channel is all answer; a
     think block never closed is all reasoning."""
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, answering: bool = False) -> None:
         self.fmt = fmt
         self.buf = ""
         self.state = {"think": "reason", "harmony": "header"}.get(fmt, "answer")
         self.channel = ""
         self.fresh = True
+        if answering:  # it continues an answer already begun (an assistant prefill)
+            self.state = "message" if fmt == "harmony" else "answer"
+            self.channel = "final"
 
     def push(self, piece: str) -> list[str]:
         """The pieces `piece` completes (Thought or str), in order."""
@@ -191,16 +176,30 @@ class Vocab(Protocol):
     def token_bytes(self, token: int, special: bool = False) -> bytes: ...
 
 
+def _answers(fmt: str, text: str) -> bool:
+    """Whether a reply's `text` (opened with thinking on) has any answer text yet."""
+    split = Splitter(fmt)
+    pieces = split.push(text) + split.flush()
+    return any(p.strip() for p in pieces if not isinstance(p, Thought))
+
+
 def thought_tokens(model: Vocab, reply: list[int]) -> int:
-    """How many of a reply's first tokens are its reasoning (0 with thinking off)."""
+    """How many of a reply's first tokens come before its answer (0 with thinking off): the
+    Splitter's own reading of it, so what is kept is what was shown as the answer."""
     if not (model.think and model.reasoning) or not reply:
         return 0
     pieces = [model.token_bytes(t, True) for t in reply]
-    text = b"".join(pieces).decode("utf-8", "replace")
-    cut = len(text[: answer_at(model.reasoning, text)].encode("utf-8"))
-    total = 0
-    for i, piece in enumerate(pieces):
-        if total >= cut:
-            return i
-        total += len(piece)
-    return len(pieces)
+
+    def text(n: int) -> str:
+        return b"".join(pieces[:n]).decode("utf-8", "replace")
+
+    lo, hi = 0, len(pieces)  # the answer's first token: the fewest tokens that show an answer
+    if not _answers(model.reasoning, text(hi)):
+        return len(pieces)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _answers(model.reasoning, text(mid + 1)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -40,6 +40,7 @@ class Run:
         self.prompt_tokens = 0
         self.fingerprint = ""  # the model's, salted with the request's cache_salt
         self.chat = False  # a chat completion (a reasoning model's thinking is split off)
+        self.prefilled = False  # its last message is the assistant's: the reply continues it
 
 
 class Replier:
@@ -100,7 +101,9 @@ class Replier:
         t_first = 0.0
         cut_short = False
         budget = p.max_tokens if p.max_tokens is not None else self.window
-        pieces = generate(self.ctx, sampler, WINDOW_SEQ, gen, budget, limit, run.chat)
+        pieces = generate(
+            self.ctx, sampler, WINDOW_SEQ, gen, budget, limit, run.chat, run.prefilled
+        )
         try:
             for piece in pieces:
                 if not t_first:

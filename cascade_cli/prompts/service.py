@@ -79,6 +79,7 @@ class PromptService(Replier):
         raises Cancelled); the reply streams from the result."""
         run = self._run(params, stop)
         run.chat = True
+        run.prefilled = messages[-1].role == "assistant"
         finished, open_turn, question = segments(self.tpl, messages, self.system)
         blocks, tail = chain(
             run.fingerprint, finished, open_turn, self.block, self.model.detokenize

@@ -29,6 +29,8 @@ class Template:
     reply_close: str
     #: written before a past reply's text (with thinking on: engine.reasoning.past)
     reply_open: str = ""
+    #: white space a past reply opens with (Mistral v7), where its text does not bring it
+    reply_space: str = ""
 
     def special(self, text: str, first: bool = False) -> list[int]:
         return self.model.tokenize(text, add_special=first, parse_special=True) if text else []
@@ -59,6 +61,8 @@ class Template:
 
     def reply(self, text: str) -> list[int]:
         """A past reply's text as the window holds it after the reply header."""
+        if self.reply_space and not text[:1].isspace():
+            text = self.reply_space + text  # a client that trimmed it
         return self.special(self.reply_open) + self.plain(text)
 
     def close(self) -> list[int]:
@@ -108,7 +112,10 @@ def _build(model: Model) -> Template:
     # `<|start|>assistant`): what a reply writes first, so the header takes it too — except for
     # a harmony model, which writes its own channel (or is given one: engine.reasoning.opening)
     extra = reply_open[len(header) :] if reply_open.startswith(header) else ""
-    # (white space there, as Mistral's "[/INST] reply", is the reply's own first token's)
+    # that may be white space (Mistral v7's "[/INST] reply": the reply's own first token's) or,
+    # for gpt-oss, `<|message|>` (it writes its channel itself); anything else stays refused
+    if extra.strip() and model.reasoning != "harmony":
+        extra = ""
     # the pieces must add up to the whole conversation, or chunks could not be concatenated
     convo = [("system", "S"), ("user", "U1"), ("assistant", "A1"), ("user", "U2")]
     if not own_role:
@@ -124,10 +131,10 @@ def _build(model: Model) -> Template:
             " message by message",
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
-    if model.reasoning == "harmony" or not extra.strip():  # it opens a channel (reasoning)
-        extra = ""
     # a reasoning model's reply opens with its thinking or without (engine.reasoning)
-    header += extra + model.reply_opening
+    header += model.reply_opening
+    space = extra if not extra.strip() else ""
     return Template(
-        model, sys_open, sys_close, user_open, user_close, header, reply_close, model.reply_past
-    )
+        model, sys_open, sys_close, user_open, user_close, header, reply_close, model.reply_past,
+        space,
+    )  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
-from cascade_cli.engine.reasoning import Splitter, Thought, answer_at, opening, thought_tokens
+from cascade_cli.engine.reasoning import Splitter, Thought, opening, thought_tokens
 from cascade_cli.paging.prompt import frame
 from cascade_cli.session.template import template
 from tests.engine.retemplate import THINK, retemplate
@@ -64,15 +64,12 @@ def test_thinking_is_split_from_the_answer_however_the_text_arrives(step: int) -
     assert split("", "<think>a</think>b", step) == ("", "<think>a</think>b")
 
 
-def test_answer_at_finds_where_the_answer_begins() -> None:
-    def after(fmt: str, text: str) -> str:
-        return text[answer_at(fmt, text) :]
-
-    assert after("think", "hmm</think>\n\nYes.") == "Yes."
-    assert after("think", "still") == ""
-    harmony = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>Y"
-    assert after("harmony", harmony) == "Y"
-    assert after("", "<think>hmm</think>Yes.") == "<think>hmm</think>Yes."
+def test_an_answer_the_prompt_began_is_all_answer() -> None:
+    for fmt in ("think", "harmony"):
+        s = Splitter(fmt, answering=True)
+        pieces = s.push(" 42, because") + s.push(" it is.") + s.flush()
+        assert pieces == [" 42, because", " it is."]
+        assert not any(isinstance(p, Thought) for p in pieces)
 
 
 def test_the_format_is_read_from_the_template(
@@ -94,16 +91,17 @@ def test_with_thinking_off_every_reply_opens_without_it(model: Model, thinker: M
     assert frame(thinker).cue == frame(model).cue == "Answer: "
     thinker.think = True
     try:
-        assert template(thinker).header == plain + "<think>\n"
-        assert frame(thinker).after_question == frame(model).after_question + "<think>\n"
+        assert template(thinker).header == plain + "<think>"
+        assert frame(thinker).after_question == frame(model).after_question + "<think>"
         assert frame(thinker).cue == ""  # the reply opens with its reasoning, not an answer
         # a past reply: its answer after an empty block, as with thinking off
         tpl = template(thinker)
-        assert thinker.detokenize(tpl.special(tpl.header) + tpl.reply("Hi.")).endswith(
-            "<think>\n\n</think>\n\nHi."
-        )
-        reply = thinker.tokenize("hm\n</think>\n\nYes.")
-        assert thinker.detokenize(reply[thought_tokens(thinker, reply) :]) == "Yes."
+        past = tpl.special(tpl.header) + tpl.reply("Hi.")
+        assert thinker.detokenize(past).endswith("<think>\n\n</think>\n\nHi.")
+        for text in ("\nhm\n</think>\n\nYes.", "hm</think> Yes.", "\nstill thinking"):
+            reply = thinker.tokenize(text)
+            kept = thinker.detokenize(reply[thought_tokens(thinker, reply) :])
+            assert kept.strip() == text.partition("</think>")[2].strip()
     finally:
         thinker.think = False
     assert model.reply_opening == ""  # other models are untouched

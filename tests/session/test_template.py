@@ -24,7 +24,9 @@ def test_a_mistral_v7_template_pages_message_by_message(
     with Model(path) as m:
         tpl = template(m)
         assert (tpl.user_open, tpl.user_close, tpl.header) == ("[INST] ", "[/INST]", "")
-        assert tpl.reply_close == "</s>"  # the reply's own first token brings its space
+        assert tpl.reply_close == "</s>"
+        # a past reply opens with a space: its own first token's, or added to a trimmed one
+        assert tpl.reply("Hi.") == tpl.reply(" Hi.") == tpl.plain(" Hi.")
     chat = ["chat", "--session", "m", "--model", str(path), "--temperature", "0"]
     first = run_cli(chat, home, stdin="Hello there.\nAnd again.\n")
     assert first.returncode == 0, first.stderr
