@@ -12,9 +12,8 @@ import typer
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import err, out, settings, shown
+from cascade_cli.cli.state import Answer, err, out, settings, shown
 from cascade_cli.engine import SamplerSettings
-from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import InputError, NotFoundError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
@@ -143,19 +142,10 @@ def ask_cmd(
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
         )
-        thinking = False
+        shown_answer = Answer(err)  # thinking to stderr: stdout holds the answer alone
         for piece in stream:
-            if as_json:
-                continue
-            if isinstance(piece, Thought):  # a reasoning model's thinking: stderr, dimmed
-                err.print(piece, style="dim italic", end="", markup=False, highlight=False)
-                thinking = True
-                continue
-            if thinking:
-                err.print()
-                thinking = False
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+            if not as_json:
+                shown_answer.write(piece)
     if as_json:
         data = asdict(result)
         out.print_json(json.dumps({"answer": data.pop("answer"), **data}))

@@ -11,8 +11,7 @@ import typer
 
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
-from cascade_cli.cli.state import err, out, settings, shown
-from cascade_cli.engine.reasoning import Thought
+from cascade_cli.cli.state import Answer, err, out, settings, shown
 from cascade_cli.errors import CascadeError, StoreLockedError
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
@@ -44,19 +43,10 @@ def _read_message(first: str) -> str:
 def _reply(session: ChatSession, text: str) -> None:
     """Stream one reply; Ctrl-C stops it and keeps what was said."""
     stream = session.send(text)
-    thinking = False
-    aside = out if sys.stdout.isatty() else err  # piped: stdout holds the answers alone
+    answer = Answer(out if sys.stdout.isatty() else err)  # piped: stdout holds answers alone
     try:
         for piece in stream:
-            if isinstance(piece, Thought):  # a reasoning model's thinking: dimmed, on stderr
-                aside.print(piece, style="dim italic", end="", markup=False, highlight=False)
-                thinking = True
-                continue
-            if thinking:
-                aside.print()
-                thinking = False
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+            answer.write(piece)
     except KeyboardInterrupt:
         stream.close()
         sys.stdout.write("\n")
