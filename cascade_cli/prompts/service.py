@@ -60,6 +60,7 @@ class PromptService(Replier):
         self.ctx = ctx
         self.lib = lib
         self.model = ctx.model
+        self.think = ctx.model.think  # the setting; a request may ask otherwise (Params.think)
         self.tpl = template(ctx.model)
         self.window = window or lib.settings.gpu_cache_size
         self.system = str(DEFAULTS["system"]) if system is None else system
@@ -77,6 +78,7 @@ class PromptService(Replier):
     def chat(self, messages: list[Message], params: Params, stop: Stop = never) -> Reply:
         """Lay out and decode the conversation's prompt (`stop` is asked between blocks: true
         raises Cancelled); the reply streams from the result."""
+        self._think(params.think)
         run = self._run(params, stop)
         run.chat = True
         run.prefilled = messages[-1].role == "assistant"
@@ -105,6 +107,7 @@ class PromptService(Replier):
     def complete(self, prompt: str, params: Params, stop: Stop = never) -> Reply:
         """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
         server does). Its full blocks are stored and reused; it must fit the window."""
+        self._think(None)
         run = self._run(params, stop)
         tokens = self.model.tokenize(prompt, add_special=True, parse_special=True)
         if not tokens:
@@ -132,6 +135,11 @@ class PromptService(Replier):
         except BaseException:
             self.pages.reset()
             raise
+
+    def _think(self, asked: bool | None) -> None:
+        """Whether this request's reasoning model thinks first: its templates follow."""
+        self.model.think = self.think if asked is None else asked
+        self.tpl = template(self.model)
 
     # ---- layout ----------------------------------------------------------------------------
 

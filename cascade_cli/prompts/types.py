@@ -32,6 +32,7 @@ class Params:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     salt: str = ""  # cache_salt: only requests with the same salt share stored blocks
+    think: bool | None = None  # a reasoning model thinks first (None: the `think` setting)
 
 
 #: Asked between a prompt's blocks whether to give up (the request's client left).

@@ -143,7 +143,36 @@ def _params(body: dict[str, Any], limits: Limits) -> Params:
                 f"cache_salt must be a non-empty string of at most {MAX_SALT} characters.",
             )
         params.salt = salt
+    params.think = _think(body)
     return params
+
+
+#: OpenAI's reasoning_effort values; "none" and "minimal" ask a reasoning model not to think
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def _think(body: dict[str, Any]) -> bool | None:
+    """Whether a reasoning model thinks first: `chat_template_kwargs.enable_thinking` (as
+    llama.cpp's server takes it), else `reasoning_effort`; None: the server's setting."""
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise bad_field("chat_template_kwargs", "chat_template_kwargs must be an object.")
+    enable = (kwargs or {}).get("enable_thinking")
+    if enable is not None:
+        if not isinstance(enable, bool):
+            raise bad_field(
+                "chat_template_kwargs.enable_thinking",
+                "chat_template_kwargs.enable_thinking must be true or false.",
+            )
+        return enable
+    effort = body.get("reasoning_effort")
+    if effort is None:
+        return None
+    if effort not in EFFORTS:
+        raise bad_field(
+            "reasoning_effort", f"reasoning_effort must be one of {', '.join(EFFORTS)}."
+        )
+    return effort not in ("none", "minimal")
 
 
 def _stop(value: Any) -> list[str]:
