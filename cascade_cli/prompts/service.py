@@ -81,7 +81,7 @@ class PromptService(Replier):
         self._think(params.think)
         run = self._run(params, stop)
         run.chat = True
-        run.prefilled = messages[-1].role == "assistant"
+        run.prefilled = bool(messages) and messages[-1].role == "assistant"
         finished, open_turn, question = segments(self.tpl, messages, self.system)
         blocks, tail = chain(
             run.fingerprint, finished, open_turn, self.block, self.model.detokenize
