@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-FORMATS = ("think", "harmony")
 _OPEN, _CLOSE = "<think>", "</think>"
 #: harmony's markers (llama.cpp renders them as text for gpt-oss)
 _MARKS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>")
@@ -173,6 +172,9 @@ class Vocab(Protocol):
     @property
     def reasoning(self) -> str: ...
 
+    @property
+    def reasoning_marks(self) -> frozenset[int]: ...
+
     def token_bytes(self, token: int, special: bool = False) -> bytes: ...
 
 
@@ -188,7 +190,8 @@ def thought_tokens(model: Vocab, reply: list[int]) -> int:
     Splitter's own reading of it, so what is kept is what was shown as the answer."""
     if not (model.think and model.reasoning) or not reply:
         return 0
-    pieces = [model.token_bytes(t, True) for t in reply]
+    marks = model.reasoning_marks  # rendered as the stream rendered them (engine.generate)
+    pieces = [model.token_bytes(t, t in marks) for t in reply]
 
     def text(n: int) -> str:
         return b"".join(pieces[:n]).decode("utf-8", "replace")
