@@ -86,8 +86,8 @@ def _generate(
     while it forms and then dropped. Whenever the reply ends — a loop, or the consumer closing
     the generator (Ctrl-C, a client gone) — state keeps only the tokens of the text yielded
     (state.tokens, and state.pos no further), so the window and the transcript hold exactly
-    what was shown. `special`: tokens rendered even where they are control ones (a reasoning format's
-    markers).
+    what was shown. `special`: tokens rendered even where they are control ones (a reasoning
+    format's markers).
     """
     model = ctx.model
     stream = TokenStream()

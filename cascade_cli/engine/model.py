@@ -60,6 +60,7 @@ class Model:
         self.vocab = ll.llama_model_get_vocab(handle)
         self._identity: str | None = None
         self._reasoning: str | None = None
+        self._marks: frozenset[int] | None = None
         #: let a reasoning model think before it answers (setting `think`; off: answer at once)
         self.think = False
 
@@ -276,10 +277,13 @@ class Model:
     def reasoning_marks(self) -> frozenset[int]:
         """Token ids of the reasoning format's markers (rendered as text while they stream,
         where they are control tokens: gpt-oss's `<|end|>`)."""
-        ids = [
-            self.tokenize(m, parse_special=True) for m in reasoning.MARKERS.get(self.reasoning, ())
-        ]
-        return frozenset(t[0] for t in ids if len(t) == 1)
+        if self._marks is None:
+            found = [
+                self.tokenize(m, parse_special=True)
+                for m in reasoning.MARKERS.get(self.reasoning, ())
+            ]
+            self._marks = frozenset(t[0] for t in found if len(t) == 1)
+        return self._marks
 
     @property
     def reply_opening(self) -> str:

@@ -107,13 +107,12 @@ def _build(model: Model) -> Template:
             "Use a model whose template renders each message on its own (ChatML, Llama 3, …).",
         )
     header = opened[len(plain) :]
-    reply_open, reply_close = _split(render([("assistant", _MARK)], add_assistant=False))
-    # a past reply may open with more than the reply header (gpt-oss: `<|message|>` after
-    # `<|start|>assistant`): what a reply writes first, so the header takes it too — except for
-    # a harmony model, which writes its own channel (or is given one: engine.reasoning.opening)
-    extra = reply_open[len(header) :] if reply_open.startswith(header) else ""
-    # that may be white space (Mistral v7's "[/INST] reply": the reply's own first token's) or,
-    # for gpt-oss, `<|message|>` (it writes its channel itself); anything else stays refused
+    past_open, reply_close = _split(render([("assistant", _MARK)], add_assistant=False))
+    # a past reply may open with more than the reply header: white space (Mistral v7's
+    # "[/INST] reply": the reply's own first token's, kept as `reply_space` for trimmed ones) or,
+    # for gpt-oss, `<|message|>` (it writes its channel itself: engine.reasoning); anything else
+    # stays refused below, as a reply would open unlike the past ones
+    extra = past_open[len(header) :] if past_open.startswith(header) else ""
     if extra.strip() and model.reasoning != "harmony":
         extra = ""
     # the pieces must add up to the whole conversation, or chunks could not be concatenated
