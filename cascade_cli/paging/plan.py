@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from cascade_cli.errors import ContextFullError, NotFoundError
 from cascade_cli.recall import Hit, Recall, fill
-from cascade_cli.recall.focus import focus
 from cascade_cli.recall.select import RRF_K, to_quote
 
 #: Share of the window kept for recall once a conversation no longer fits.
@@ -220,8 +219,7 @@ def plan(recall: Recall, req: Request) -> Plan:
         names = {s.owner: s.name for s in req.sources}
         seen: set[str] = set()
         for h in quoted:
-            text = "".join(recall.passage_texts([h]))
-            text = focus(text, query_of(req.query), QUOTE_WORDS // len(quoted))
+            text = recall.quote_text(h, query_of(req.query), QUOTE_WORDS // len(quoted))
             if text.strip() and text not in seen:  # one text, quoted once
                 seen.add(text)
                 out.quotes.append(Quote(text, h.owner, h.chunk, names.get(h.owner, "")))

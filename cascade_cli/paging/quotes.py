@@ -15,7 +15,7 @@ from cascade_cli.paging.plan import QUOTE_WORDS, Quote
 from cascade_cli.paging.prompt import frame, question_tokens, quoted_question
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import rerank
-from cascade_cli.recall.focus import focus, unmarked
+from cascade_cli.recall.focus import unmarked
 from cascade_cli.recall.select import Hit
 from cascade_cli.store import ChunkMeta
 
@@ -48,10 +48,9 @@ def rerank_quote(
             sink = len(frame(ctx.model).prefix)
             rerank.score(ctx, win.save, sink, cands, question)
         best = max(cands, key=lambda c: c.score)
-        (text,) = lib.recall.passage_texts([best.hit])
-        text = focus(text, question, QUOTE_WORDS)
+        text = lib.recall.quote_text(best.hit, question, QUOTE_WORDS)
         mine = question_tokens(ctx.model, frame(ctx.model), question, [text])
-        if len(mine) <= room:
+        if text and len(mine) <= room:
             q = mine
             result.passages = [text]
             chosen = Quote(text, best.hit.owner, best.hit.chunk, "")

@@ -308,9 +308,30 @@ def whole(conn: sqlite3.Connection, row: Row) -> str:
     """`row`'s text, joined with the passage across its chunk's edge where its sentence runs on
     over it (a document's text continues there: the next chunk's first passage starts where this
     one ends). A conversation's turns are never joined."""
+    return _join(_parts(conn, row))
+
+
+def reading(conn: sqlite3.Connection, row: Row) -> str:
+    """What a quote of `row` reads from: its whole text and, in a document, the passage after
+    it (across a chunk edge too). The sentence after the one that shares a question's words is
+    often the one that answers it ("what errand took Frank to London?" — "…merely to have his
+    hair cut"). A conversation's passage stays alone (the next may be another speaker's)."""
+    parts = _parts(conn, row)
+    if row.owner.startswith(DOCUMENT):
+        last = parts[-1]
+        after = passage(conn, row.owner, last.chunk, last.pidx + 1)
+        if after is None:
+            after = passage(conn, row.owner, last.chunk + 1, 0)
+        if after is not None:
+            parts.append(after)
+    return _join(parts)
+
+
+def _parts(conn: sqlite3.Connection, row: Row) -> list[Row]:
+    """`row` and the passages its sentence runs on into across a chunk edge (whole)."""
     parts = [row]
     if not row.owner.startswith(DOCUMENT):
-        return row.text
+        return parts
     if row.pidx == 0:
         before = passage(conn, row.owner, row.chunk - 1, -1)
         if before is not None and _runs_on(before, row):
@@ -320,6 +341,10 @@ def whole(conn: sqlite3.Connection, row: Row) -> str:
         after = passage(conn, row.owner, row.chunk + 1, 0)
         if after is not None and _runs_on(row, after):
             parts.append(after)
+    return parts
+
+
+def _join(parts: Sequence[Row]) -> str:
     text = parts[0].text
     for a, b in itertools.pairwise(parts):
         text += (" " if b.start > _end(a) else "") + b.text

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from cascade_cli.errors import InputError
 from cascade_cli.recall import index, lexical, semantic
+from cascade_cli.recall.focus import focus
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.select import Hit, fuse
 from cascade_cli.store import DiskStore
@@ -230,6 +231,15 @@ class Recall:
         with self.disk.lock:
             rows = [index.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
             return [index.whole(self.disk.conn, r) for r in rows if r is not None]
+
+    def quote_text(self, hit: Hit, query: str, words: int) -> str:
+        """What ask, chat and the server quote of `hit` before `query`: its best passage (in a
+        document with the passage after it: index.reading) cut to `words` words around the
+        query's (recall.focus); '' when the passage is gone."""
+        with self.disk.lock:
+            row = index.passage(self.disk.conn, hit.owner, hit.chunk, hit.passage)
+            text = "" if row is None else index.reading(self.disk.conn, row)
+        return focus(text, query, words) if text else ""
 
     def passage_counts(self, owner: str) -> dict[int, int]:
         with self.disk.lock:

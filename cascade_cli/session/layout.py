@@ -33,7 +33,7 @@ from cascade_cli.paging.plan import (
 )
 from cascade_cli.paging.window import Window
 from cascade_cli.recall import rerank
-from cascade_cli.recall.focus import CUT, focus, unmarked
+from cascade_cli.recall.focus import CUT, unmarked
 from cascade_cli.recall.passages import SPEAKER
 from cascade_cli.recall.rerank import token_span
 from cascade_cli.recall.select import Hit
@@ -204,7 +204,7 @@ def _rerank(
             break
         if (h.owner, h.chunk) not in source:
             continue
-        text = focus("".join(lib.recall.passage_texts([h])), question, QUOTE_WORDS)
+        text = lib.recall.quote_text(h, question, QUOTE_WORDS)
         quote = Quote(text, h.owner, h.chunk, names.get(h.owner, ""))
         page = note(tpl, [quote], out.plan.quote_room, source)
         fresh = page is not None and all(page.key != p.key for p, _, _ in notes)

@@ -12,7 +12,7 @@ from cascade_cli.paging import catalog
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import QUOTE, QUOTE_ROOM
+from cascade_cli.paging.plan import QUOTE, QUOTE_ROOM, QUOTE_WORDS
 from cascade_cli.paging.prompt import frame, question_tokens
 from cascade_cli.recall.select import to_quote
 from tests.paging.helpers import write_text
@@ -84,7 +84,11 @@ def test_quotes_are_dropped_before_they_cost_the_last_chunk(
     question = "Who wrote this License?"
     hits = lib.recall.search([doc.owner], question, subject=True)
     picked = to_quote(hits, QUOTE, lib.recall.methods("hybrid"))
-    evidence = list(dict.fromkeys(lib.recall.passage_texts(picked)))
+    evidence = list(
+        dict.fromkeys(
+            lib.recall.quote_text(h, question, QUOTE_WORDS // len(picked)) for h in picked
+        )
+    )
     fr = frame(ctx.model)
     bare = len(question_tokens(ctx.model, fr, question))
     assert evidence

@@ -12,6 +12,7 @@ import pytest
 from cascade_cli.engine.embed import Embedder
 from cascade_cli.recall import Recall, fuse
 from cascade_cli.recall.context import in_context
+from cascade_cli.recall.focus import focus
 from cascade_cli.recall.lexical import PassageHit, query_terms
 from cascade_cli.recall.passages import MAX_WORDS, split
 from cascade_cli.recall.select import to_quote
@@ -240,6 +241,36 @@ def test_a_sentence_cut_by_a_chunk_edge_is_quoted_whole(recall: Recall) -> None:
     recall.index("session:1", 1, "  Assistant: noted.", 0)
     turn = recall.search(["session:1"], "code", "bm25")
     assert recall.passage_texts(turn[:1]) == ["User: my code is"]
+
+
+def test_a_document_quote_reads_on_into_the_passage_after_it(recall: Recall) -> None:
+    """The sentence after the one that shares a question's words often answers it: a
+    document's quote takes the passage after its best one, across a chunk edge too, and no
+    more; a conversation's quote stays its own passage (the next may be another speaker's)."""
+    asks = (
+        "Frank Churchill rode off to London one fine morning, and everybody at Hartfield "
+        "wondered what errand could possibly take a young man there."
+    )
+    answer = "He had gone merely to have his hair cut, which Emma thought a foolish reason."
+    after = "The weather turned cold that week and nobody walked to Highbury any more."
+    question = "What errand took Frank to London?"
+    for owner, chunks in (
+        ("doc:1", [f"{asks} {answer} {after}"]),
+        ("doc:2", [f"{asks} ", f"{answer} {after}"]),  # the answer opens the next chunk
+    ):
+        at = 0
+        for i, text in enumerate(chunks):
+            recall.index(owner, i, text, at)
+            at += len(text)
+        (best, *_) = recall.search([owner], question, "bm25")
+        assert recall.passage_texts([best]) == [asks]  # the best passage does not say it
+        quote = recall.quote_text(best, question, 48)
+        assert quote == f"{asks} {answer}", quote
+        assert focus(f"{asks} {answer}", question, 12) == recall.quote_text(best, question, 12)
+    recall.index("session:1", 0, f"User: {asks}", 0)
+    recall.index("session:1", 1, f"Assistant: {answer}", 0)
+    (turn, *_) = recall.search(["session:1"], question, "bm25")
+    assert recall.quote_text(turn, question, 48) == f"User: {asks}"
 
 
 def test_quote_policies() -> None:
