@@ -219,7 +219,8 @@ def plan(recall: Recall, req: Request) -> Plan:
         names = {s.owner: s.name for s in req.sources}
         seen: set[str] = set()
         for h in quoted:
-            text = recall.quote_text(h, query_of(req.query), QUOTE_WORDS // len(quoted))
+            held = {c for o, c in chosen if o == h.owner}
+            text = recall.quote_text(h, query_of(req.query), QUOTE_WORDS // len(quoted), held)
             if text.strip() and text not in seen:  # one text, quoted once
                 seen.add(text)
                 out.quotes.append(Quote(text, h.owner, h.chunk, names.get(h.owner, "")))

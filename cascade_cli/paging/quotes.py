@@ -48,7 +48,7 @@ def rerank_quote(
             sink = len(frame(ctx.model).prefix)
             rerank.score(ctx, win.save, sink, cands, question)
         best = max(cands, key=lambda c: c.score)
-        text = lib.recall.quote_text(best.hit, question, QUOTE_WORDS)
+        text = lib.recall.quote_text(best.hit, question, QUOTE_WORDS, set(by_chunk))
         mine = question_tokens(ctx.model, frame(ctx.model), question, [text])
         if text and len(mine) <= room:
             q = mine

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -311,16 +311,18 @@ def whole(conn: sqlite3.Connection, row: Row) -> str:
     return _join(_parts(conn, row))
 
 
-def reading(conn: sqlite3.Connection, row: Row) -> str:
+def reading(conn: sqlite3.Connection, row: Row, held: Container[int] | None = None) -> str:
     """What a quote of `row` reads from: its whole text and, in a document, the passage after
-    it (across a chunk edge too). The sentence after the one that shares a question's words is
-    often the one that answers it ("what errand took Frank to London?" — "…merely to have his
-    hair cut"). A conversation's passage stays alone (the next may be another speaker's)."""
+    it. The sentence after the one that shares a question's words is often the one that
+    answers it ("what errand took Frank to London?" — "…merely to have his hair cut"). The
+    passage after may open the next chunk only where that chunk is in `held` (None: any) — a
+    quote is copied from the chunks the window holds. A conversation's passage stays alone (the
+    next may be another speaker's)."""
     parts = _parts(conn, row)
     if row.owner.startswith(DOCUMENT):
         last = parts[-1]
         after = passage(conn, row.owner, last.chunk, last.pidx + 1)
-        if after is None:
+        if after is None and (held is None or last.chunk + 1 in held):
             after = passage(conn, row.owner, last.chunk + 1, 0)
         if after is not None:
             parts.append(after)

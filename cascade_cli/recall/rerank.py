@@ -12,6 +12,7 @@ one candidate per spare sequence is scored in each decode.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,16 +52,18 @@ class Candidate:
 def token_span(model: Model, tokens: Sequence[int], passage: str) -> tuple[int, int] | None:
     """The tokens [start, end) of a chunk's `tokens` that hold `passage` (from the token its
     first character is in through the one its last is in; None: the chunk's text does not
-    hold it)."""
-    if not passage.strip():
+    hold it). White space matches any white space: a quote joins passages with one space
+    where the text may break a paragraph."""
+    words = passage.split()
+    if not words:
         return None
     pieces = [model.token_bytes(int(t)) for t in tokens]
     text = b"".join(pieces).decode("utf-8", "replace")
-    at = text.find(passage)
-    if at < 0:
+    found = re.search(r"\s+".join(map(re.escape, words)), text)
+    if found is None:
         return None
-    first = len(text[:at].encode("utf-8"))
-    need = len(text[: at + len(passage)].encode("utf-8"))
+    first = len(text[: found.start()].encode("utf-8"))
+    need = len(text[: found.end()].encode("utf-8"))
     start, total = -1, 0
     for i, piece in enumerate(pieces):
         total += len(piece)

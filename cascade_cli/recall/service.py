@@ -232,13 +232,16 @@ class Recall:
             rows = [index.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
             return [index.whole(self.disk.conn, r) for r in rows if r is not None]
 
-    def quote_text(self, hit: Hit, query: str, words: int) -> str:
+    def quote_text(
+        self, hit: Hit, query: str, words: int, held: Container[int] | None = None
+    ) -> str:
         """What ask, chat and the server quote of `hit` before `query`: its best passage (in a
-        document with the passage after it: index.reading) cut to `words` words around the
+        document with the passage after it, from the next chunk only where `held`, the chunks of
+        hit.owner the window holds, has it: index.reading) cut to `words` words around the
         query's (recall.focus); '' when the passage is gone."""
         with self.disk.lock:
             row = index.passage(self.disk.conn, hit.owner, hit.chunk, hit.passage)
-            text = "" if row is None else index.reading(self.disk.conn, row)
+            text = "" if row is None else index.reading(self.disk.conn, row, held)
         return focus(text, query, words) if text else ""
 
     def passage_counts(self, owner: str) -> dict[int, int]:

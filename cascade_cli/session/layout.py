@@ -204,7 +204,8 @@ def _rerank(
             break
         if (h.owner, h.chunk) not in source:
             continue
-        text = lib.recall.quote_text(h, question, QUOTE_WORDS)
+        held = {c for o, c in source if o == h.owner}
+        text = lib.recall.quote_text(h, question, QUOTE_WORDS, held)
         quote = Quote(text, h.owner, h.chunk, names.get(h.owner, ""))
         page = note(tpl, [quote], out.plan.quote_room, source)
         fresh = page is not None and all(page.key != p.key for p, _, _ in notes)

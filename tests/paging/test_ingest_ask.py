@@ -13,6 +13,7 @@ from cascade_cli.paging.ask import AskResult, ask, plan
 from cascade_cli.paging.ingest import IngestStatus, chunks, ingest, pieces
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.recall.focus import unmarked
 from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, passage_rows, write_text
 
 
@@ -120,3 +121,26 @@ def test_the_quote_is_copied_from_its_restored_chunk(
     copied = res.timings["copied_tokens"]
     assert copied >= len(ctx.model.tokenize("The pass key is 48213."))
     assert "48213" in answer, answer
+
+
+def test_a_quote_read_on_over_a_paragraph_break_is_still_copied(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    """The quote reads on into the passage after the needle's, the next paragraph (the quote
+    joins them with a space where the text breaks the paragraph), and its cells are still
+    copied from the restored chunk, not decoded."""
+    needle = (
+        "The pass key is 48213, and the old porter at the gate asked every visitor to repeat "
+        "the pass key twice before he opened the door."
+    )  # over TARGET_WORDS: a passage of its own
+    src = write_text(tmp_path / "needle.txt", 7000, needle=needle)
+    text = src.read_text(encoding="utf-8")
+    after = text[text.index(needle) + len(needle) :].split()[0]
+    doc = run_ingest(ctx, lib, src, "needle")
+    res = AskResult(doc="needle")
+    list(ask(ctx, lib, doc, "What is the pass key?", res, window=WINDOW, max_tokens=4))
+    (quote,) = res.passages
+    body = unmarked(quote)[0]
+    assert f"{needle} {after}" in body, quote  # joined by one space
+    assert f"{needle}\n\n{after}" in text
+    assert res.timings["copied_tokens"] >= len(ctx.model.tokenize(body)) - 2, res.timings

@@ -245,8 +245,9 @@ def test_a_sentence_cut_by_a_chunk_edge_is_quoted_whole(recall: Recall) -> None:
 
 def test_a_document_quote_reads_on_into_the_passage_after_it(recall: Recall) -> None:
     """The sentence after the one that shares a question's words often answers it: a
-    document's quote takes the passage after its best one, across a chunk edge too, and no
-    more; a conversation's quote stays its own passage (the next may be another speaker's)."""
+    document's quote takes the passage after its best one, across a chunk edge too where the
+    window holds the next chunk, and no more; a conversation's quote stays its own passage
+    (the next may be another speaker's)."""
     asks = (
         "Frank Churchill rode off to London one fine morning, and everybody at Hartfield "
         "wondered what errand could possibly take a young man there."
@@ -267,6 +268,10 @@ def test_a_document_quote_reads_on_into_the_passage_after_it(recall: Recall) -> 
         quote = recall.quote_text(best, question, 48)
         assert quote == f"{asks} {answer}", quote
         assert focus(f"{asks} {answer}", question, 12) == recall.quote_text(best, question, 12)
+        # from the next chunk only where the window holds it (the quote's cells are copied)
+        alone = recall.quote_text(best, question, 48, held={0})
+        assert alone == (quote if len(chunks) == 1 else asks)
+        assert recall.quote_text(best, question, 48, held={0, 1}) == quote
     recall.index("session:1", 0, f"User: {asks}", 0)
     recall.index("session:1", 1, f"Assistant: {answer}", 0)
     (turn, *_) = recall.search(["session:1"], question, "bm25")
