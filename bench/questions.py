@@ -50,7 +50,10 @@ class _Lib:
 def load_book(model: Model, book: str, block: int) -> tuple[list[Any], list[str], list[int]]:
     """A book's hand-written questions, its chunks as text, and each chunk's first character
     (plus the end)."""
-    text = (DATA / f"{book}.txt").read_text(encoding="utf-8")
+    path = DATA / f"{book}.txt"
+    if not path.exists():  # a manual: bench/data/nodefs.md is /usr/share/doc/nodejs/api/fs.md
+        path = DATA / f"{book}.md"
+    text = path.read_text(encoding="utf-8")
     qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
     texts = chunk_texts(model, text, block)
     starts = [0]
