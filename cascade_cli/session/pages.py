@@ -9,10 +9,9 @@ the window, at most the model's training context), do the cells that follow move
 cells makes llama.cpp re-rope the whole cache on the next decode (a K-shift, the one cost here
 that grows with the window), so it happens once every few windows' worth of conversation
 rather than on every turn. Each chunk that stays is a window hit and costs nothing; a placed
-chunk's decoded state is not also kept in the RAM tier (the window holds it; the disk and the
-page cache serve it again when it is recalled). A chunk the store cannot serve — missing,
-failing its checksum, made by another model or for other tokens — is recomputed from its token
-ids at the window's end (seeing the whole window before it) and moved into place.
+chunk's state is not also kept in the RAM tier (the window holds it). A chunk the store cannot
+serve (missing, damaged, another model's or other tokens') is recomputed from its token ids at
+the window's end (seeing the whole window before it) and moved into place.
 """
 
 from __future__ import annotations
@@ -119,12 +118,13 @@ class Pages:
         room: int = 0,
         stash: bool | None = None,
         stop: Callable[[], bool] | None = None,
+        counted: bool = True,
     ) -> Placed:
         """Make the window hold `target` in order, with `room` free positions after it; pages
         already there stay where they are. `stash` overrides the window's own setting (no copy
         into RAM of pages that were just saved, e.g. while paging a conversation through).
         `stop` is asked before each page is restored or decoded: true raises Cancelled (the
-        caller resets the window)."""
+        caller resets the window). `counted`: add hits and misses to the store's stats."""
         t0 = time.perf_counter()
         done = Placed()
         if sum(p.n for p in target) + room > self.cells:
@@ -190,10 +190,11 @@ class Pages:
                         done.recomputed_tokens += p.n
                 self.at[p.key] = start
                 self.layout.insert(i, p)
-        self.lib.disk.stats.add("window", "hits", done.kept)
-        self.lib.disk.stats.add(
-            "window", "misses", sum(1 for p in target if p.key in fresh and not p.transient)
-        )
+        if counted:
+            self.lib.disk.stats.add("window", "hits", done.kept)
+            self.lib.disk.stats.add(
+                "window", "misses", sum(1 for p in target if p.key in fresh and not p.transient)
+            )
         done.seconds = time.perf_counter() - t0
         return done
 
@@ -358,7 +359,8 @@ class Pages:
         decoded after `head` and the items before it that still fit, a sliding window as
         `ingest` uses, and saved (never copied into RAM). The one routine for text longer
         than the window: a long chat message, an API conversation's unseen older blocks.
-        A recurrent model stores no chunk states: its layouts decode what they hold."""
+        A recurrent model stores no chunk states: its layouts decode what they hold. Its own
+        sliding window counts as no window hits (`apply(counted=False)`)."""
         done = Placed()
         if self.win.recurrent:
             return done
@@ -371,8 +373,7 @@ class Pages:
             while n < i and used + sizes[i - n - 1] <= self.cells:
                 used += sizes[i - n - 1]
                 n += 1
-            placed = self.apply([head, *items[i - n : i], p], 0, stash=False, stop=stop)
-            done.kept += placed.kept
+            placed = self.apply([head, *items[i - n : i], p], 0, False, stop, counted=False)
             done.tiers.update(placed.tiers)
             done.recomputed_tokens += placed.recomputed_tokens
             done.decoded += placed.decoded

@@ -18,6 +18,7 @@ from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.session.template import template
+from cascade_cli.store.stats import snapshot
 from tests.kl import kl
 from tests.paging.helpers import write_text
 
@@ -193,6 +194,20 @@ def test_long_message_is_paged_through_and_recallable(home: Path, ctx: Context) 
         _check_positions(chat)
         assert chat.s.key(secret) in chat.pages.keys  # its block was recalled
         assert "turn 1" in chat.last.recalled
+        chat.close()
+
+
+def test_paging_a_long_message_through_counts_no_window_hits(home: Path, ctx: Context) -> None:
+    """The sliding window that stores a long message's blocks is a write, as ingest is: only
+    the layout the reply is decoded in counts hits (before: the head page, once per block)."""
+    with _lib(home, ctx) as lib:
+        chat = ChatSession(ctx, lib, "big", overrides=GREEDY)
+        _say(chat, "Hello.")
+        before = snapshot(lib.disk)["tiers"]["window"]["hits"]
+        _say(chat, "Read this: " + _text(home, 9000).replace("\n", " "))
+        assert len([c for c in chat.chunks.values() if c.turn == 2]) >= 3  # paged through
+        hits = snapshot(lib.disk)["tiers"]["window"]["hits"] - before
+        assert 0 < hits <= len(chat.pages.layout)
         chat.close()
 
 
