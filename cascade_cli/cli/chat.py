@@ -89,6 +89,9 @@ def _stats(session: ChatSession) -> None:
             f"recalled: {', '.join(last.recalled) or '-'}"
         )
     )
+    if last.scored:  # `--rerank llm`: the note's candidates, by the generator's score
+        scores = (f"{label} {score:.3f}{' (quoted)' * q}" for label, score, q in last.scored)
+        out.print(shown("rerank: " + " · ".join(scores)))
 
 
 def _fresh_name(lib: Library, held: ExitStack) -> str:

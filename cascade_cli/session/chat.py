@@ -42,6 +42,8 @@ class TurnStats:
     gen_tokens: int = 0
     tokens_per_s: float = 0.0
     recalled: list[str] = field(default_factory=list)
+    #: the rerank's candidates (label, score, quoted), when it scored any
+    scored: list[tuple[str, float, bool]] = field(default_factory=list)
     paged_out: int = 0
     paged_in: int = 0
 
@@ -87,6 +89,11 @@ class ChatSession(SessionState):
             placed = self.pages.apply(laid.pages, room=len(q) + self.reserve)
             self.count(placed)
             stats.rerank_s = laid.rerank_s
+            stats.scored = [
+                (labels.get(f"{c['owner']}:{c['chunk']}", f"chunk {c['chunk']}"), c["score"],
+                 c["quoted"])
+                for c in laid.scored
+            ]  # fmt: skip
             stats.layout_s = placed.seconds
             stats.paged_out = placed.dropped
             stats.paged_in = sum(placed.tiers.values())

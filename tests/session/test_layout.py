@@ -175,6 +175,9 @@ def test_rerank_llm_picks_the_note_from_the_recalled_turns_cells(home: Path, ctx
         assert len(quoted) == 1 and quoted[0]["score"] == max(s["score"] for s in laid.scored)
         assert all(np.isfinite(s["score"]) and s["score"] < 0 for s in laid.scored)
         assert laid.rerank_s > 0 and chat.last.rerank_s == laid.rerank_s
+        shown = {label: (score, q) for label, score, q in chat.last.scored}  # chat's /stats
+        turn = f"turn {quoted[0]['chunk']}"  # each of these turns is one chunk
+        assert len(shown) == len(laid.scored) and shown[turn] == (quoted[0]["score"], True)
         note = next(p for p in chat.pages.layout if p.transient)
         key, _, to, n = note.copy or ("", 0, 0, 0)
         src = next(p for p in chat.pages.layout if p.key == key)
