@@ -56,8 +56,9 @@ def instrument() -> None:
         room: int = 0,
         stash: bool | None = None,
         stop: Any = None,
+        counted: bool = True,
     ) -> pages_mod.Placed:
-        done = original(self, target, room, stash, stop)
+        done = original(self, target, room, stash, stop, counted)
         shifted = _probe(self.ctx)
         PROBES.append((shifted, _probe(self.ctx)))
         return done
