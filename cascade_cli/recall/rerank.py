@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from cascade_cli.engine import Context, Model
 from cascade_cli.engine.context import Buffer
 from cascade_cli.engine.score import Job, mean_logprobs
-from cascade_cli.recall import index
 from cascade_cli.recall.select import Hit
-from cascade_cli.recall.service import Recall
 
 RERANKS = ("llm", "off")
 #: Candidates scored per ask: the best passage of each of the first N fused hits whose chunk
@@ -39,8 +37,8 @@ SINK_MAX = 256
 
 @dataclass
 class Candidate:
-    """A passage to score: the hit it is the best passage of, its stored text, and its window
-    positions [start, end)."""
+    """A quote to score: the hit it quotes, its text, and its cells' window positions
+    [start, end)."""
 
     hit: Hit
     text: str
@@ -54,49 +52,67 @@ def token_span(model: Model, tokens: Sequence[int], passage: str) -> tuple[int, 
     first character is in through the one its last is in; None: the chunk's text does not
     hold it). White space matches any white space: a quote joins passages with one space
     where the text may break a paragraph."""
-    words = passage.split()
-    if not words:
-        return None
-    pieces = [model.token_bytes(int(t)) for t in tokens]
-    text = b"".join(pieces).decode("utf-8", "replace")
-    found = re.search(r"\s+".join(map(re.escape, words)), text)
-    if found is None:
-        return None
-    first = len(text[: found.start()].encode("utf-8"))
-    need = len(text[: found.end()].encode("utf-8"))
-    start, total = -1, 0
-    for i, piece in enumerate(pieces):
-        total += len(piece)
-        if start < 0 and total > first:
-            start = i
-        if total >= need:
-            return start, i + 1
-    return max(start, 0), len(pieces)
+    return _Spans(model, tokens).find(passage.split())
+
+
+def held_span(model: Model, tokens: Sequence[int], quote: str) -> tuple[int, int] | None:
+    """token_span of `quote`, else of the most of its first or last words that `tokens` hold
+    (at least half of them): a quote's sentence may run on across a chunk edge into a chunk
+    the window does not hold. None: not held."""
+    spans, words = _Spans(model, tokens), quote.split()
+    for k in range(len(words), (len(words) + 1) // 2 - 1, -1):
+        for part in (words[:k], words[len(words) - k :]):
+            found = spans.find(part)
+            if found is not None:
+                return found
+    return None
+
+
+class _Spans:
+    """Token spans of word runs in one token sequence's text."""
+
+    def __init__(self, model: Model, tokens: Sequence[int]) -> None:
+        self.pieces = [model.token_bytes(int(t)) for t in tokens]
+        self.text = b"".join(self.pieces).decode("utf-8", "replace")
+
+    def find(self, words: Sequence[str]) -> tuple[int, int] | None:
+        if not words:
+            return None
+        found = re.search(r"\s+".join(map(re.escape, words)), self.text)
+        if found is None:
+            return None
+        first = len(self.text[: found.start()].encode("utf-8"))
+        need = len(self.text[: found.end()].encode("utf-8"))
+        start, total = -1, 0
+        for i, piece in enumerate(self.pieces):
+            total += len(piece)
+            if start < 0 and total > first:
+                start = i
+            if total >= need:
+                return start, i + 1
+        return max(start, 0), len(self.pieces)
 
 
 def candidates(
-    ctx: Context,
-    recall: Recall,
     hits: Sequence[Hit],
-    placed: dict[int, tuple[int, Sequence[int]]],
+    quote_of: Callable[[Hit], str],
+    cells_of: Callable[[Hit, str], tuple[int, int] | None],
     n: int = N,
 ) -> list[Candidate]:
-    """The best passage of each of the first `n` hits whose chunk is `placed` (chunk index →
-    (window position, token ids))."""
+    """What `ask`, chat and the server score: of the first hits, the quote each would give
+    (`quote_of`, Recall.quote_text; '' where its chunk is not in the window) whose cells the
+    window holds (`cells_of`: their positions [start, end), None where not), distinct quotes,
+    at most `n`. The text scored is the text quoted."""
     out: list[Candidate] = []
     for hit in hits:
         if len(out) >= n:
             break
-        if hit.chunk not in placed:
+        text = quote_of(hit)
+        if not text or any(c.text == text for c in out):
             continue
-        with recall.disk.lock:
-            row = index.passage(recall.disk.conn, hit.owner, hit.chunk, hit.passage)
-        if row is None:
-            continue
-        at, tokens = placed[hit.chunk]
-        span = token_span(ctx.model, tokens, row.text)
+        span = cells_of(hit, text)
         if span is not None:
-            out.append(Candidate(hit, row.text, at + span[0], at + span[1]))
+            out.append(Candidate(hit, text, *span))
     return out
 
 

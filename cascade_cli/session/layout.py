@@ -193,45 +193,46 @@ def _rerank(
     sink: int,
     first: Page,
 ) -> None:
-    """Let the note `first` become, once the window holds the recalled pages, the note of the
-    passage the generator finds the question likeliest after (recall.rerank, as `ask --rerank
-    llm`): the best passage of each of the first rerank.N recalled hits whose note copies its
-    cells. Scored from the pages' own cells in the window; `out.scored`, `out.rerank_s`."""
+    """Let the note `first` become, once the window holds the recalled pages, the note the
+    generator finds the question likeliest after, as `ask --rerank llm` chooses its quote
+    (rerank.candidates, rerank.score): of the first rerank.N recalled hits, the quotes whose
+    notes copy their cells, scored on those cells in the window; `out.scored`, `out.rerank_s`."""
     question = query_of(query)
-    notes: list[tuple[Page, Quote, Hit]] = []
-    for h in out.plan.hits:
-        if len(notes) >= rerank.N:
-            break
-        if (h.owner, h.chunk) not in source:
-            continue
-        held = {c for o, c in source if o == h.owner}
-        text = lib.recall.quote_text(h, question, QUOTE_WORDS, held)
-        quote = Quote(text, h.owner, h.chunk, names.get(h.owner, ""))
-        page = note(tpl, [quote], out.plan.quote_room, source)
-        fresh = page is not None and all(page.key != p.key for p, _, _ in notes)
-        if page is not None and page.copy is not None and fresh:
-            notes.append((page, quote, h))
-    if len(notes) < 2 or first.copy is None:
+    if first.copy is None:
         return
 
     def choose(win: Window, at: Mapping[str, int], most: int) -> Page:
-        t0 = time.perf_counter()
-        cands: list[tuple[rerank.Candidate, Page, Quote]] = []
-        for page, quote, hit in notes:
-            key, offset, _, n = page.copy or ("", 0, 0, 0)
-            if key in at and page.n <= most:
-                span = rerank.Candidate(hit, quote.text, at[key] + offset, at[key] + offset + n)
-                cands.append((span, page, quote))
-        if len(cands) < 2 or not win.copies or win.ctx.n_seq_max < 2:
+        if not win.copies or win.ctx.n_seq_max < 2:
             return first
-        rerank.score(win.ctx, win.save, sink, [c for c, _, _ in cands], question)
-        best = max(cands, key=lambda c: c[0].score)
+        t0 = time.perf_counter()
+        notes: dict[str, Page] = {}
+
+        def quote_of(h: Hit) -> str:
+            if (h.owner, h.chunk) not in source:
+                return ""
+            held = {c for o, c in source if o == h.owner}
+            return lib.recall.quote_text(h, question, QUOTE_WORDS, held)
+
+        def cells_of(h: Hit, text: str) -> tuple[int, int] | None:
+            quote = Quote(text, h.owner, h.chunk, names.get(h.owner, ""))
+            page = note(tpl, [quote], out.plan.quote_room, source)
+            if page is None or page.copy is None or page.n > most or page.copy[0] not in at:
+                return None
+            key, offset, _, n = page.copy
+            notes[text] = page
+            return at[key] + offset, at[key] + offset + n
+
+        cands = rerank.candidates(out.plan.hits, quote_of, cells_of)
+        if len(cands) < 2:
+            return first
+        rerank.score(win.ctx, win.save, sink, cands, question)
+        best = max(cands, key=lambda c: c.score)
         out.scored = [
-            {"owner": q.owner, "chunk": q.chunk, "score": round(c.score, 4),
-             "quoted": c is best[0], "text": q.text}
-            for c, _, q in cands
+            {"owner": c.hit.owner, "chunk": c.hit.chunk, "score": round(c.score, 4),
+             "quoted": c is best, "text": c.text}
+            for c in cands
         ]  # fmt: skip
         out.rerank_s = time.perf_counter() - t0
-        return best[1]
+        return notes[best.text]
 
     first.choose = choose

@@ -108,3 +108,20 @@ def test_a_single_candidate_is_quoted_without_a_decode(
     assert not calls
     assert [q["score"] for q in result.quotes] == [None] and result.quotes[0]["quoted"]
     assert "48213" in result.passages[0] and "48213" in answer
+
+
+def test_a_quote_running_past_the_held_tokens_is_scored_on_what_they_hold(ctx: Context) -> None:
+    """A quote's sentence may run on across a chunk edge into a chunk the window does not hold:
+    the rerank scores the part the chunk's tokens hold (at least half of its words)."""
+    model = ctx.model
+    tokens = model.tokenize("The harbour was quiet. The pass key is 48213, said the keeper")
+    quote = "The pass key is 48213, said the keeper of the northern light"
+    assert rerank.token_span(model, tokens, quote) is None  # not all of it is there
+    span = rerank.held_span(model, tokens, quote)
+    assert span is not None
+    held = model.detokenize(tokens[span[0] : span[1]])
+    assert held.strip() == "The pass key is 48213, said the keeper"
+    starts = "lit the lamp. The harbour was quiet. The pass key"
+    span = rerank.held_span(model, tokens, starts)  # the start is before the held tokens
+    assert span is not None and "lamp" not in model.detokenize(tokens[span[0] : span[1]])
+    assert rerank.held_span(model, tokens, "The harbour was quiet at night in the cold") is None
