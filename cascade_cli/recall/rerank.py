@@ -22,8 +22,8 @@ from cascade_cli.engine.score import Job, mean_logprobs
 from cascade_cli.recall.select import Hit
 
 RERANKS = ("llm", "off")
-#: Candidates scored per ask: the best passage of each of the first N fused hits whose chunk
-#: is in the window (BENCHMARKS.md: chosen on Emma).
+#: Candidates scored per ask, chat turn or request: the quotes of the first N fused hits whose
+#: cells the window holds (BENCHMARKS.md: chosen on Emma).
 N = 3
 #: What the question follows when scored (the scored tokens are the question's only).
 CUE = "\n\nQuestion:"
@@ -61,7 +61,7 @@ def held_span(model: Model, tokens: Sequence[int], quote: str) -> tuple[int, int
     the window does not hold. None: not held."""
     spans, words = _Spans(model, tokens), quote.split()
     for k in range(len(words), (len(words) + 1) // 2 - 1, -1):
-        for part in (words[:k], words[len(words) - k :]):
+        for part in [words[:k]] if k == len(words) else [words[:k], words[len(words) - k :]]:
             found = spans.find(part)
             if found is not None:
                 return found

@@ -89,11 +89,7 @@ class ChatSession(SessionState):
             placed = self.pages.apply(laid.pages, room=len(q) + self.reserve)
             self.count(placed)
             stats.rerank_s = laid.rerank_s
-            stats.scored = [
-                (labels.get(f"{c['owner']}:{c['chunk']}", f"chunk {c['chunk']}"), c["score"],
-                 c["quoted"])
-                for c in laid.scored
-            ]  # fmt: skip
+            stats.scored = [(c["label"], c["score"], c["quoted"]) for c in laid.scored]
             stats.layout_s = placed.seconds
             stats.paged_out = placed.dropped
             stats.paged_in = sum(placed.tiers.values())

@@ -49,7 +49,7 @@ class Layout:
     labels: dict[str, str] = field(default_factory=dict)
     plan: Plan = field(default_factory=Plan)
     #: with the `rerank` setting 'llm', once the window is laid out: the notes' passages scored
-    #: (owner, chunk, passage, score, quoted, text) and the seconds scoring took
+    #: (owner, chunk, score, quoted, text, label) and the seconds scoring took
     scored: list[dict[str, Any]] = field(default_factory=list)
     rerank_s: float = 0.0
 
@@ -229,7 +229,8 @@ def _rerank(
         best = max(cands, key=lambda c: c.score)
         out.scored = [
             {"owner": c.hit.owner, "chunk": c.hit.chunk, "score": round(c.score, 4),
-             "quoted": c is best, "text": c.text}
+             "quoted": c is best, "text": c.text,
+             "label": out.labels.get(source[(c.hit.owner, c.hit.chunk)].key, "")}
             for c in cands
         ]  # fmt: skip
         out.rerank_s = time.perf_counter() - t0
