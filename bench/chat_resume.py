@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.chat_common import MODEL, chat, env, filler, home  # noqa: E402
+from bench.provenance import save  # noqa: E402
 
 QUESTION = "Which character did we talk about most so far? Answer in one sentence."
 
@@ -109,14 +110,20 @@ def main() -> None:
         rows.append(json.loads(out.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    print("| window tokens | restore (open) s | TTFT after restore s | prefill TTFT s | ratio TTFT"
-          " | ratio restore + TTFT |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
-    print(
-        f"| {med['window_tokens']:.0f} | {med['open_s']:.3f} | {med['ttft_s']:.3f} | "
-        f"{med['prefill_s']:.3f} | **{med['prefill_s'] / med['ttft_s']:.0f}×** | "
-        f"{med['prefill_s'] / (med['open_s'] + med['ttft_s']):.0f}× |"
-    )
+    save(
+        "chat-resume" + ("" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"),
+        topic="chat",
+        title=f"Chat resume vs re-prefill ({MODEL.name})",
+        target="TTFT after the restore ≥ 50× below a re-prefill of the window",
+        columns=["window tokens", "restore (open) s", "TTFT after restore s", "prefill TTFT s",
+                 "ratio TTFT", "ratio restore + TTFT"],
+        rows=[[f"{med['window_tokens']:.0f}", f"{med['open_s']:.3f}", f"{med['ttft_s']:.3f}",
+               f"{med['prefill_s']:.3f}", f"**{med['prefill_s'] / med['ttft_s']:.0f}×**",
+               f"{med['prefill_s'] / (med['open_s'] + med['ttft_s']):.0f}×"]],
+        models=[MODEL],
+        notes=f"Medians of {args.runs} runs, window {args.window}; each run opens a copy of the "
+        "session in a new process with its files dropped from the page cache.",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

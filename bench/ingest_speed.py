@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 MODEL = ROOT / ".cascade-test" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+from bench.provenance import save  # noqa: E402
+
 
 def default_text() -> Path:
     data = ROOT / "bench" / "data"
@@ -100,7 +102,6 @@ def main() -> None:
         n = args.tokens[0]
         print(json.dumps(child(text, n, args.window, args.block, args.child)))
         return
-    print(f"text {text.name}, window {args.window}, block {args.block}, q4, model {MODEL.name}")
 
     def run(n: int, mode: str) -> dict[str, float]:
         cmd = [sys.executable, __file__, "--text", str(text), "--tokens", str(n)]
@@ -109,34 +110,36 @@ def main() -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
-    if args.tokens:
-        print("| tokens | baseline tok/s | ingest tok/s | ratio |")
-        print("|---|---|---|---|")
+    rows: list[list[object]] = []
     for n in args.tokens:
         b, i = run(n, "baseline"), run(n, "ingest")
         bt, it = b["tokens"] / b["seconds"], i["tokens"] / i["seconds"]
-        print(f"| {i['tokens']:.0f} | {bt:.0f} | {it:.0f} | {it / bt:.2f} |", flush=True)
-    if args.memory_tokens:
-        from cascade_cli.config import parse_size
-        from cascade_cli.engine import Model
+        rows.append([f"{i['tokens']:.0f}", f"{bt:.0f}", f"{it:.0f}", f"**{it / bt:.2f}**",
+                     f"{i['rss'] / 2**20:.0f}"])  # fmt: skip
+    from cascade_cli.config import parse_size
+    from cascade_cli.engine import Model
 
-        with Model(MODEL) as m:  # f16 K and V per token, every layer
-            per_token = m.n_layer * (m.n_embd_k_gqa + m.n_embd_v_gqa) * 2
-        kv_bytes = (args.window + args.block) * per_token
-        budget = MODEL.stat().st_size + kv_bytes + parse_size(args.memory_cache_size)
-        print(
-            f"\nbound: model {MODEL.stat().st_size / 2**20:.0f} MiB + window KV "
-            f"{kv_bytes / 2**20:.0f} MiB + memory_cache_size {args.memory_cache_size} + 15% = "
-            f"{budget * 1.15 / 2**20:.0f} MiB"
-        )
-        print("| tokens | ingest tok/s | peak RSS MiB |")
-        print("|---|---|---|")
+    with Model(MODEL) as m:  # f16 K and V per token, every layer
+        per_token = m.n_layer * (m.n_embd_k_gqa + m.n_embd_v_gqa) * 2
+    kv_bytes = (args.window + args.block) * per_token
+    budget = (MODEL.stat().st_size + kv_bytes + parse_size(args.memory_cache_size)) * 1.15
     for n in args.memory_tokens:
         i = run(n, "ingest")
-        print(
-            f"| {i['tokens']:.0f} | {i['tokens'] / i['seconds']:.0f} | {i['rss'] / 2**20:.0f} |",
-            flush=True,
-        )
+        rows.append([f"{i['tokens']:.0f}", "", f"{i['tokens'] / i['seconds']:.0f}", "",
+                     f"{i['rss'] / 2**20:.0f}"])  # fmt: skip
+    save(
+        f"ingest-speed-{text.stem}",
+        topic="ingest",
+        title=f"Ingest throughput and peak RSS ({text.name}, {MODEL.name})",
+        target="ingest ≥ 0.9× the plain sliding-window decode; peak RSS within the bound below, independent of length",
+        columns=["tokens", "baseline tok/s", "ingest tok/s", "ratio", "peak RSS MiB"],
+        rows=rows,
+        models=[MODEL],
+        notes=f"Window {args.window}, block {args.block}, q4; each row a fresh process. The "
+        f"baseline decodes the same sliding window without saving. RSS bound: model "
+        f"{MODEL.stat().st_size / 2**20:.0f} MiB + window KV {kv_bytes / 2**20:.0f} MiB + "
+        f"memory_cache_size {args.memory_cache_size}, + 15 % = {budget / 2**20:.0f} MiB.",
+    )
 
 
 if __name__ == "__main__":

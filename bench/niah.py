@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
@@ -359,18 +360,29 @@ def main() -> None:
                     out.flush()
             print(f"{n:3d} {name} depth {depth:.2f} {times:g}x: {' '.join(row)}", flush=True)
             lib.remove(doc)
-    print(f"\ntext {args.text.name}, ingest window {args.window}, ask window {ask_window} "
-          f"(RULER {args.ruler_window}), block {args.block}, q4, hybrid recall")  # fmt: skip
-    print("| task | answered | needle chunk(s) recalled |")
-    print("|---|---|---|")
-    for key in scores:
-        s, r = scores[key], recalls[key]
-        print(f"| {key} | {sum(s)}/{len(s)} ({100 * sum(s) / len(s):.0f} %) | {sum(r)}/{len(r)} |")
-    if recall_s:
-        print(
-            f"\nrecall time per ask: median {1000 * statistics.median(recall_s):.1f} ms, "
-            f"max {1000 * max(recall_s):.1f} ms; TTFT median {statistics.median(ttft):.3f} s"
-        )
+    rows = [
+        [key, f"{sum(s)}/{len(s)} ({100 * sum(s) / len(s):.0f} %)", f"{sum(r)}/{len(r)}"]
+        for key, s, r in ((k, scores[k], recalls[k]) for k in scores)
+    ]
+    timing = (
+        f" Recall per ask: median {1000 * statistics.median(recall_s):.1f} ms, max "
+        f"{1000 * max(recall_s):.1f} ms; TTFT median {statistics.median(ttft):.3f} s."
+        if recall_s
+        else ""
+    )
+    stem = args.text.stem + ("" if args.model == MODEL else f"-{args.model.stem}")
+    save(
+        f"niah-{stem}" + ("-needles-only" if args.needles_only else ""),
+        topic="recall",
+        title=f"Needles in {args.text.name}" + (" (needles only: the control)" if args.needles_only else "")
+        + ("" if args.model == MODEL else f", {args.model.name}"),
+        columns=["task", "answered", "needle chunk(s) recalled"],
+        rows=rows,
+        models=[args.model],
+        notes=f"Ingest window {args.window}, ask window {ask_window} (RULER {args.ruler_window}), "
+        f"block {args.block}, q4, hybrid recall, haystacks of {' and '.join(f'{x:g}' for x in args.lengths)} "
+        f"windows, {args.depths} depths, seed {args.seed}." + timing,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

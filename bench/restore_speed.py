@@ -27,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as cascade_cli does, befor
 
 import numpy as np  # noqa: E402
 
+from bench.provenance import save  # noqa: E402
 from cascade_cli import kv  # noqa: E402
 from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402
 from cascade_cli.paging.window import Window  # noqa: E402
@@ -164,37 +165,30 @@ def main() -> None:
             disk.close()
     c, w, pr = statistics.median(cold), statistics.median(warm), statistics.median(plain)
     read_only = statistics.median(cold_get)
-    print(
-        f"model {args.model.name}, {len(tokens)} tokens, {len(blobs)} chunks, scheme {args.scheme}, "
-        f"threads {args.threads}"
-    )
-    print(
-        f"raw f16 state {raw / 2**20:.1f} MiB, on disk {stored / 2**20:.1f} MiB ({stored / raw:.3f}x)"
-    )
-    print("| measure | seconds | vs prefill |")
-    print("|---|---|---|")
-    print(f"| prefill {len(tokens)} tokens | {prefill:.3f} | 1x |")
-    print(f"| restore from disk (cache dropped) | {c:.3f} | {prefill / c:.0f}x faster |")
-    print(
-        f"| the process's first restore from disk (fresh memory) | {first:.3f} | "
-        f"{prefill / first:.0f}x faster |"
-    )
-    print(f"| restore from RAM tier | {w:.3f} | {prefill / w:.0f}x faster |")
-    print(f"| plain sequential read of the files | {pr:.4f} | {stored / pr / 2**20:.0f} MiB/s |")
-    print(
-        f"| get (read+verify+dequantize) share of disk restore | {read_only:.3f} | "
-        f"{stored / read_only / 2**20:.0f} MiB/s effective |"
-    )
     rd, dc, pl = (statistics.median(stages[k]) for k in ("read", "decode", "place"))
-    print(
-        f"| stage: read + crc32 verify, cache dropped | {rd:.4f} | {stored / rd / 2**20:.0f} MiB/s |"
-    )
-    print(f"| stage: dequantize (q4 → f16 blobs) | {dc:.4f} | |")
-    print(f"| stage: set_data + shift + seq_cp | {pl:.4f} | |")
-    print(
-        f"read throughput vs plain read: {pr / rd:.0%} (read + verify stage), "
-        f"{pr / read_only:.0%} (read + verify + dequantize), {pr / c:.0%} (whole restore)"
-    )
+    mib = 2**20
+    save(
+        f"restore-{args.model.stem}-{args.scheme}",
+        topic="restore",
+        title=f"Restore a {args.window}-token window vs re-prefill ({args.model.name}, {args.scheme})",
+        target="a restore from disk ≥ 10× faster than the prefill",
+        columns=["measure", "seconds", "vs prefill"],
+        rows=[
+            [f"prefill {len(tokens)} tokens", f"{prefill:.3f}", "1×"],
+            ["restore from disk (cache dropped)", f"{c:.3f}", f"**{prefill / c:.0f}× faster**"],
+            ["the process's first restore from disk", f"{first:.3f}", f"{prefill / first:.0f}× faster"],
+            ["restore from the RAM tier", f"{w:.3f}", f"{prefill / w:.0f}× faster"],
+            ["plain sequential read of the files", f"{pr:.4f}", f"{stored / pr / mib:.0f} MiB/s"],
+            ["read + verify + dequantize (get)", f"{read_only:.3f}", f"{stored / read_only / mib:.0f} MiB/s"],
+            ["stage: read + crc32 verify", f"{rd:.4f}", f"{stored / rd / mib:.0f} MiB/s"],
+            [f"stage: dequantize ({args.scheme} → f16)", f"{dc:.4f}", ""],
+            ["stage: set_data + shift + seq_cp", f"{pl:.4f}", ""],
+        ],
+        models=[args.model],
+        notes=f"{len(tokens)} tokens in {len(blobs)} chunks, {args.threads} threads; raw f16 state "
+        f"{raw / mib:.1f} MiB, on disk {stored / mib:.1f} MiB ({stored / raw:.3f}×). Medians of "
+        f"{args.repeats} repeats.",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

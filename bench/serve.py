@@ -14,16 +14,14 @@ the code's digits are in the answer. The client resends the growing messages lis
 clients: --clients conversations of --requests turns each, all clients at once (threads), then
 the same requests one at a time on a fresh store; greedy answers compared, server RSS sampled;
 exits 1 when the concurrent run's RSS peak is more than 15 % above the one-at-a-time run's.
-All runs: window 4096 (the default; --window for locker and replay), threads from CASCADE_THREADS (default 2).
+All runs: window 4096 (the default; --window for locker), threads from CASCADE_THREADS (default 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import statistics
 import sys
 import threading
 import time
@@ -33,7 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import TEXT, WORDINGS, filler, home  # noqa: E402
+from bench.chat_common import MODEL, TEXT, WORDINGS, filler, home  # noqa: E402
+from bench.provenance import save  # noqa: E402
 from bench.serve_client import serving, stream  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
@@ -91,7 +90,6 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(7)
     window = args.window
     results = []
-    saved = []
     with serving(where, "--gpu-cache-size", str(window)) as s:
         for trial in range(args.trials):
             code = str(rng.randint(1000, 9999))
@@ -109,7 +107,6 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
                 msgs.append({"role": "assistant", "content": last["text"]})
                 # ≈ tokens after turn 1 (usage counts only what the window held)
                 later = int(sum(len(m["content"]) for m in msgs[3:]) / 4.2)
-            saved.append({"code": code, "messages": msgs})
             row: dict[str, Any] = {"trial": trial, "code": code, "later_tokens": later}
             for name, question in zip(
                 ("direct", "paraphrase"), WORDINGS[args.wording], strict=True
@@ -120,71 +117,9 @@ def locker(args: argparse.Namespace) -> dict[str, Any]:
                 row[f"{name}_decoded"] = answer.get("timings", {}).get("prompt_n")
             results.append(row)
             print(json.dumps(row), flush=True)
-            (where / "conversations.json").write_text(json.dumps(saved))  # a cut run replays
     for name in ("direct", "paraphrase"):
         print(f"{name}: answered {sum(r[name] for r in results)}/{len(results)}")
     return {"trials": results}
-
-
-def replay(args: argparse.Namespace) -> dict[str, Any]:
-    """The locker run's conversations asked again in process (same store), with the recalled
-    passage quoted before the question (--quote POLICY: tops, agree, off): an ablation of the quote."""
-    from cascade_cli.config import Settings
-    from cascade_cli.engine import Context, Model
-    from cascade_cli.paging import plan
-    from cascade_cli.paging.library import Library
-    from cascade_cli.prompts.service import PromptService
-    from cascade_cli.prompts.types import Message, Params
-    from cascade_cli.session import layout
-
-    plan.QUOTE = args.quote
-    layout.NOTE_ROLE = args.note
-    layout.COPY_QUOTE = args.copy == "on"
-    where = args.where or (
-        ROOT
-        / "bench"
-        / ".work"
-        / ("serve-locker" if args.text == TEXT else f"serve-locker-{args.text.stem}")
-    )
-    saved = json.loads((where / "conversations.json").read_text())
-    model = next((where / "models").glob("SmolLM2*.gguf"))
-    embed = next((where / "models").glob("all-MiniLM*.gguf"))
-    cfg = Settings(
-        disk_cache_path=where / "store",
-        threads=int(os.environ.get("CASCADE_THREADS", "2")),
-        gpu_cache_size=args.window,
-        rerank=args.rerank,
-    )
-    rows = []
-    with (
-        Model(model) as m,
-        Context(m, cfg.gpu_cache_size + 256, 4, 512, cfg.n_threads) as ctx,
-        Library(cfg, ctx, embed_path=embed) as lib,
-    ):
-        svc = PromptService(ctx, lib)
-        for trial in saved:
-            row: dict[str, Any] = {"code": trial["code"]}
-            for name, question in zip(
-                ("direct", "paraphrase"), WORDINGS[args.wording], strict=True
-            ):
-                msgs = [Message(x["role"], x["content"]) for x in trial["messages"]]
-                reply = svc.chat(
-                    [*msgs, Message("user", question)], Params(max_tokens=16, temperature=0.0)
-                )
-                text = reply.text()
-                row[name] = _said(trial["code"], text)
-                row[f"{name}_answer"] = text.strip()[:60]
-                row[f"{name}_rerank_ms"] = round(reply.result.timings.rerank_ms, 1)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    for name in ("direct", "paraphrase"):
-        ms = sorted(r[f"{name}_rerank_ms"] for r in rows if r[f"{name}_rerank_ms"] > 0)
-        print(
-            f"quote {args.quote} copy {args.copy} rerank {args.rerank}: {name} "
-            f"{sum(r[name] for r in rows)}/{len(rows)}; reranked {len(ms)}/{len(rows)}, ms "
-            f"median {statistics.median(ms) if ms else 0:.0f}, max {max(ms, default=0):.0f}"
-        )
-    return {"quote": args.quote, "copy": args.copy, "rerank": args.rerank, "trials": rows}
 
 
 def _client_script(c: int, n: int) -> list[str]:
@@ -265,34 +200,62 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """The result file (bench/provenance.py) for each kind of run."""
+    stem = "" if args.text == TEXT else f"-{args.text.stem}"
+    if args.what == "reuse":
+        cold = result["cold"]["ttft_s"]
+        rows = []
+        for name, row in result.items():
+            u, t = row.get("usage", {}), row.get("timings", {})
+            cached = u.get("prompt_tokens_details", {}).get("cached_tokens")
+            rows.append([name.replace("_", " "), f"{row['ttft_s'] * 1000:.1f}",
+                         f"**{cold / row['ttft_s']:.1f}×**" if name != "cold" else "1×",
+                         u.get("prompt_tokens"), cached, t.get("prompt_n")])  # fmt: skip
+        save("serve-reuse", topic="serve", title="Prompt reuse across requests and a restart",
+             target="a resent or continued conversation ≥ 20× faster to its first token than cold",
+             columns=["request", "TTFT ms", "vs cold", "prompt tokens", "cached", "decoded"],
+             rows=rows, models=[MODEL],
+             notes=f"A conversation of about {args.tokens} tokens plus one new message, streamed; "
+             "the server restarted (same store) before the last request.")  # fmt: skip
+    elif args.what == "locker":
+        trials = result["trials"]
+        rows = [[name, f"{sum(r[name] for r in trials)}/{len(trials)}"]
+                for name in ("direct", "paraphrase")]  # fmt: skip
+        save(f"serve-locker-{args.wording}{stem}", topic="serve",
+             title=f"The locker code through the server ({args.wording} wordings, filler: {args.text.name})",
+             target="direct ≥ 9/10", columns=["question", "answered"], rows=rows, models=[MODEL],
+             notes=f"Window {args.window}, {args.windows:g} windows of filler after turn 1, "
+             "greedy, replies ≤ 32 tokens; the client resends the whole conversation.",
+             extra=result)  # fmt: skip
+    else:
+        rows = [[mode, result[mode]["wall_s"], result[mode]["rss_idle_mib"],
+                 result[mode]["rss_peak_mib"], len(result[mode]["errors"])]
+                for mode in ("sequential", "concurrent")]  # fmt: skip
+        save("serve-clients", topic="serve",
+             title=f"{args.clients} clients × {args.requests} requests at once vs one at a time",
+             target="RSS peak at most 15 % above the one-at-a-time run's",
+             columns=["run", "wall s", "RSS idle MiB", "RSS peak MiB", "errors"], rows=rows,
+             models=[MODEL],
+             notes=f"RSS growth {result['rss_growth']:+.1%}; answers identical to the "
+             f"one-at-a-time run: {result['identical']}/{result['total']}.")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("what", choices=["reuse", "locker", "replay", "clients"])
-    ap.add_argument("--quote", default="tops", choices=["tops", "best", "agree", "off"])
-    ap.add_argument("--note", default="system", choices=["system", "user"], help="replay")
-    ap.add_argument("--copy", default="on", choices=["on", "off"], help="replay: copy quote cells")
-    ap.add_argument("--rerank", default="off", choices=["off", "llm"], help="replay: rerank")
-    ap.add_argument("--where", type=Path, default=None, help="replay: a copy of a locker home")
-    ap.add_argument("--text", type=Path, default=TEXT, help="locker, replay: the filler's text")
+    ap.add_argument("what", choices=["reuse", "locker", "clients"])
+    ap.add_argument("--text", type=Path, default=TEXT, help="locker: the filler's text")
     ap.add_argument("--wording", default="tuned", choices=list(WORDINGS), help="locker questions")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--windows", type=float, default=3)
-    ap.add_argument("--window", type=int, default=4096, help="locker, replay: the window")
+    ap.add_argument("--window", type=int, default=4096, help="locker: the window")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=10)
     args = ap.parse_args()
-    jobs = {"reuse": reuse, "locker": locker, "replay": replay, "clients": clients}
+    jobs = {"reuse": reuse, "locker": locker, "clients": clients}
     result = jobs[args.what](args)
-    tag = (
-        f"-quote-{args.quote}-{args.note}-{args.wording}-copy-{args.copy}-rerank-{args.rerank}"
-        if args.what == "replay"
-        else ""
-    )
-    if args.text != TEXT:
-        tag = f"-{args.text.stem}{tag}"
-    out = ROOT / "bench" / "results" / f"serve-{args.what}{tag}.json"
-    out.write_text(json.dumps(result, indent=1, default=str))
+    _save(args, result)
     if args.what == "clients" and not result["rss_ok"]:
         sys.exit(1)
 
