@@ -143,9 +143,13 @@ def save(
     target: str | None = None,
     notes: str | None = None,
     extra: dict[str, Any] | None = None,
+    where: Path = RESULTS,
 ) -> Path:
     """Print the table and write bench/results/<name>.json with its provenance."""
     print(markdown(columns, rows), flush=True)
+    prov = provenance(models)
+    if prov["machine"]["gpu"]:  # a GPU run sits beside the CPU figure, not over it
+        name += "-gpu"
     result = {
         "name": name,
         "topic": topic,
@@ -154,13 +158,13 @@ def save(
         "notes": notes,
         "columns": list(columns),
         "rows": [list(r) for r in rows],
-        "provenance": provenance(models),
+        "provenance": prov,
         **({"data": extra} if extra else {}),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{name}.json"
+    where.mkdir(parents=True, exist_ok=True)
+    out = where / f"{name}.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
     tmp.replace(out)
-    print(f"result: {out.relative_to(ROOT)}", flush=True)
+    print(f"result: {out}", flush=True)
     return out

@@ -47,6 +47,10 @@ TOPICS: dict[str, tuple[str, str]] = {
         "The OpenAI-compatible server: a resent conversation decodes only its new part, "
         "also after a restart.",
     ),
+    "earlier": (
+        "Earlier figures, without provenance",
+        "Not re-measured since result files began to record their provenance: marked as such.",
+    ),
 }
 
 
@@ -72,6 +76,8 @@ def _machine(m: dict[str, Any]) -> str:
 
 def _provenance(r: dict[str, Any]) -> list[str]:
     p = r["provenance"]
+    if p.get("recorded") is False:
+        return [f"- provenance: **none recorded** (source: `{p.get('source')}`)"]
     commit = str(p.get("commit", "unknown"))[:10] + (" (dirty)" if p.get("dirty") else "")
     models = ", ".join(f"`{m['file']}` sha256 `{m['sha256'][:16]}…`" for m in p.get("models", []))
     lines = [
