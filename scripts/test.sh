@@ -22,6 +22,8 @@ PY="${PYTHON:-python3}"
 CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull
 # the second architecture the suite runs (sliding-window attention): Gemma 3 270M
 CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull gemma3-270m
+# an instruction model of a third family (Qwen2, ChatML): Qwen2.5-Coder 0.5B (tests/test_qwen.py)
+CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull qwen2.5-coder-0.5b
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

