@@ -29,9 +29,10 @@ QWEN = ["--model", NAME]
 WINDOW = ["--gpu-cache-size", "512", "--block-size", "128"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def qwen_path() -> Path:
-    """The pulled Qwen file in the suite's model home, or a skip saying how to pull it."""
+    """The pulled Qwen file in the suite's model home, or a skip saying how to pull it
+    (session-scoped, and listed first below, so a skip comes before any other model is pulled)."""
     spec = registry()[1][NAME]
     path = MODEL_HOME / "models" / spec.file
     if not path.is_file() or path.stat().st_size != spec.size:
