@@ -16,7 +16,11 @@ from cascade_cli.errors import CascadeError
 
 app = typer.Typer(
     name="cascade",
-    help="Chat with and question texts far longer than your model's context window.",
+    help="Chat with and question texts far longer than your model's context window.\n\n"
+    "Ingest a text once (cascade ingest FILE), then ask about it (cascade ask NAME\n"
+    "QUESTION) or chat with it (cascade chat --doc NAME).\n\n"
+    'Example: cascade ask persuasion "Who is Sir Walter Elliot?"\n\n'
+    "See docs/commands.md and docs/settings.md.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -46,9 +46,8 @@ def ask_cmd(
         str,
         typer.Option(
             "--quote",
-            help="Recalled passages quoted again right before the question: best (the best "
-            "hit's, when any recall method ranked it first), agree (the same, when every "
-            "method ranked it first), tops (each method's first), off.",
+            help="Passage quoted again before the question: best (the best hit's, if any "
+            "method ranks it first), agree (if all do), tops (each method's first), off.",
         ),
     ] = QUOTE,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
@@ -58,8 +57,8 @@ def ask_cmd(
         float,
         typer.Option(
             "--repeat-penalty",
-            help="Penalty on tokens repeated within the last 64 (1.0 = off: answers quote the "
-            "document, and a penalty garbles numbers with repeated digits).",
+            help="Penalty on tokens repeated in the last 64; 1.0 = off (a penalty garbles "
+            "numbers with repeated digits).",
             min=0.0,
         ),
     ] = 1.0,
@@ -77,8 +76,15 @@ def ask_cmd(
     flash_attn: opt.FlashAttn = None,
     remote: opt.Remote = None,
 ) -> None:
-    """Answer a question about an ingested document (with --remote, also one another machine
-    published: its chunks are paged in from Redis, nothing is prefilled)."""
+    """Answer a question about an ingested document.
+
+    Recalls the chunks likely to hold the answer, pages them into the window and
+    streams the answer. With --remote, also a document another machine published:
+    its chunks are paged in from Redis, nothing is prefilled.
+
+    Example: cascade ask persuasion "Who is Sir Walter Elliot?"
+
+    See docs/commands.md."""
     if not question.strip():
         raise InputError("the question is empty", "Ask something.")
     cfg = settings(

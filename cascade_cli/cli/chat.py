@@ -220,10 +220,15 @@ def chat(
     embed_model: opt.EmbedModel = None,
     repeat_guard: opt.RepeatGuard = None,
 ) -> None:
-    """Chat in a session that is stored turn by turn and resumes without re-prefill.
+    """Chat in a named session, stored turn by turn.
 
-    The system prompt and sampling flags are kept with the session; flags given later override
-    them. Piped stdin: one message per line, each reply printed."""
+    A session resumes without prefilling its turns again. The system prompt and
+    sampling flags are kept with it; flags given later override them. Piped
+    stdin: one message per line, each reply printed. Type /help in the chat.
+
+    Example: cascade chat -s tea --doc persuasion
+
+    See docs/commands.md."""
     cfg = settings(
         opt.flags(
             model=model,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 
 from cascade_cli.cli import options as opt
@@ -20,11 +21,26 @@ from cascade_cli.session.lock import lock_session
 from cascade_cli.store import DiskStore, owners
 
 
+def rows_table(*columns: str) -> Table:
+    """A borderless table whose rows stay one line each in 80 columns: the first column (a
+    name to pass to other commands) wraps if it must, a `model` column is cut short."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column(columns[0], overflow="fold")
+    for col in columns[1:]:
+        cut = col == "model"
+        table.add_column(col, no_wrap=True, overflow="ellipsis", max_width=16 if cut else None)
+    return table
+
+
 def docs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """List ingested documents (tokens, chunks, bytes on disk, compression)."""
+    """List ingested documents: tokens, chunks, MiB, compression.
+
+    --json adds each document's source path.
+
+    Example: cascade docs --json"""
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
     try:
         store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
@@ -49,24 +65,26 @@ def docs(
     if as_json:
         out.print_json(json.dumps({"documents": rows}))
         return
-    table = Table(title=shown(f"documents · {cfg.disk_cache_path}"))
-    for col in ("name", "version", "status", "tokens", "chunks", "MiB", "compression", "path"):
-        table.add_column(col)
+    table = rows_table("name", "v", "status", "tokens", "chunks", "MiB", "kv")
     for r in rows:
         table.add_row(
             *(shown(r[c]) for c in ("name", "version", "status", "tokens", "chunks")),
             f"{int(str(r['bytes'])) / 2**20:.1f}",
             shown(r["compression"]),
-            shown(r["path"]),
         )
     out.print(table)
+    out.print(shown(f"store: {cfg.disk_cache_path}"), style="dim")
 
 
 def sessions_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """List chat sessions (turns, tokens, bytes on disk, compression, last used)."""
+    """List chat sessions: turns, tokens, MiB on disk, model, last use.
+
+    --json adds chunks and compression.
+
+    Example: cascade sessions"""
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
     try:
         store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
@@ -78,21 +96,18 @@ def sessions_cmd(
     if as_json:
         out.print_json(json.dumps({"sessions": rows}))
         return
-    table = Table(title=shown(f"sessions · {cfg.disk_cache_path}"))
-    for col in ("name", "turns", "tokens", "chunks", "MiB", "compression", "model", "last used"):
-        table.add_column(col)
+    table = rows_table("name", "turns", "tokens", "MiB", "model", "last used")
     for r in rows:
         table.add_row(
             shown(r["name"]),
             str(r["turns"]),
             str(r["tokens"]),
-            str(r["chunks"]),
             f"{r['bytes'] / 2**20:.1f}",
-            shown(r["compression"]),
             shown(r["model"]),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(r["last_used"])),
         )
     out.print(table)
+    out.print(shown(f"store: {cfg.disk_cache_path}"), style="dim")
 
 
 def _rm_api(path: Path) -> None:
@@ -138,8 +153,12 @@ def rm(
     ] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """Remove a document, a chat session (--session) or the server's stored conversations
-    (--api), and reclaim their space."""
+    """Remove a document, a chat session or the server's conversations.
+
+    DOC: every version of the document; --session NAME: a chat session; --api:
+    every conversation `cascade serve` stored. Their disk space is reclaimed.
+
+    Example: cascade rm persuasion"""
     if (doc is not None) + (session is not None) + api != 1:
         raise InputError(
             "name one document, one --session or --api to remove",

@@ -85,8 +85,15 @@ def ingest_cmd(
     embed_model: opt.EmbedModel = None,
     remote: opt.Remote = None,
 ) -> None:
-    """Ingest files into the store (KV chunks, and passages indexed and embedded for recall);
-    an interrupted ingest resumes when run again."""
+    """Ingest text files into the store, ready to ask and chat about.
+
+    Stores each file's KV chunks and indexes and embeds its passages for recall;
+    the document is named after the file unless --name is given. An interrupted
+    ingest resumes when run again. With --remote, its chunks are also published.
+
+    Example: cascade ingest cascade_cli/samples/persuasion.txt
+
+    See docs/commands.md."""
     if name is not None and not name.strip():
         raise InputError("--name is empty", "Pass a name, or leave --name out to use the file's.")
     if name and len(files) > 1:

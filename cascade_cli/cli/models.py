@@ -1,13 +1,14 @@
-"""`cascade models list|pull`."""
+"""`cascade models list|show|pull`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
+from cascade_cli.cli.docs import rows_table
 from cascade_cli.cli.runtime import pull_progress
 from cascade_cli.cli.state import err, out, shown
 from cascade_cli.config import models_dir
@@ -22,48 +23,93 @@ from cascade_cli.registry import (
     sha256_file,
 )
 
-app = typer.Typer(help="List and fetch models.", no_args_is_help=True)
+app = typer.Typer(
+    help="List, inspect and fetch models.\n\nExample: cascade models pull", no_args_is_help=True
+)
+
+
+def _row(spec: ModelSpec, default: str) -> dict[str, Any]:
+    """One model as `models list --json` prints it."""
+    return {
+        "name": spec.name,
+        "kind": spec.kind,
+        "default": spec.name in (default, DEFAULT_EMBED),
+        "file": spec.file,
+        "size": spec.size,
+        "pulled": is_pulled(spec),
+        "path": str(spec.path),
+        "description": spec.description,
+    }
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.0f} MB"
 
 
 @app.command("list")
 def list_models(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Show registered models and whether each is pulled."""
+    """Show registered models, one line each, and whether each is pulled.
+
+    Details (file, description, sha256): `cascade models show NAME` or --json.
+
+    Example: cascade models list
+    """
     default, specs = registry()
-    rows = []
-    for spec in specs.values():
-        pulled = is_pulled(spec)
-        rows.append(
-            {
-                "name": spec.name,
-                "kind": spec.kind,
-                "default": spec.name in (default, DEFAULT_EMBED),
-                "file": spec.file,
-                "size": spec.size,
-                "pulled": pulled,
-                "path": str(spec.path),
-                "description": spec.description,
-            }
-        )
+    rows = [_row(spec, default) for spec in specs.values()]
     local = sorted(
         p for p in models_dir().glob("*.gguf") if p.name not in {s.file for s in specs.values()}
     )
     if as_json:
         out.print_json(json.dumps({"models": rows, "local": [str(p) for p in local]}))
         return
-    table = Table(title=shown(f"models ({models_dir()})"))
-    for col in ("name", "file", "size", "pulled", "description"):
-        table.add_column(col)
+    table = rows_table("name", "kind", "size", "pulled", "")
     for r in rows:
-        name = f"{r['name']} (default)" if r["default"] else str(r["name"])
-        size = f"{int(str(r['size'])) / 1e6:.0f} MB"
         table.add_row(
-            name, str(r["file"]), size, "yes" if r["pulled"] else "no", str(r["description"])
+            shown(r["name"]),
+            shown(r["kind"]),
+            _mb(r["size"]),
+            "yes" if r["pulled"] else "no",
+            "default" if r["default"] else "",
         )
     for p in local:
-        table.add_row("-", shown(p.name), f"{p.stat().st_size / 1e6:.0f} MB", "yes", "local file")
+        table.add_row(shown(p.name), "local", _mb(p.stat().st_size), "yes", "")
     out.print(table)
+    out.print(shown(f"models dir: {models_dir()}"), style="dim")
+
+
+@app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="Registered model name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show a registered model's whole entry and whether it is pulled.
+
+    Example: cascade models show smollm2-135m
+    """
+    default, specs = registry()
+    spec = specs.get(name)
+    if spec is None:
+        raise ModelError(f"unknown model {name!r}", "See `cascade models list`.")
+    row = _row(spec, default)
+    entry = {
+        **{k: row[k] for k in ("name", "kind", "default", "pulled", "description", "file")},
+        **{k: v for k, v in dataclasses.asdict(spec).items() if v not in ("", ())},
+        "path": row["path"],
+    }
+    if as_json:
+        out.print_json(json.dumps(entry))
+        return
+    width = max(len(k) for k in entry) + 2
+    for key, value in entry.items():
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        elif isinstance(value, list | tuple):
+            value = ", ".join(value)
+        elif key == "size":
+            value = f"{value} ({_mb(value)})"
+        out.print(f"{key + ':':<{width}}{shown(value)}")
 
 
 @app.command("pull")
@@ -76,8 +122,12 @@ def pull(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Fetch again even if present.")] = False,
 ) -> None:
-    """Fetch a model and verify its sha256 (no NAME: the default model and the default
-    embedding model that recall uses)."""
+    """Fetch a model and verify its sha256.
+
+    No NAME: the default model and the default embedding model that recall uses.
+
+    Example: cascade models pull gemma3-270m
+    """
     default, specs = registry()
     if name is not None and name.startswith(("http://", "https://")):
         if not sha256:

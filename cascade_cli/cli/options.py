@@ -59,19 +59,16 @@ Rerank = Annotated[
     str | None,
     typer.Option(
         "--rerank",
-        help="Which recalled passage is quoted before the question: llm (the generator scores "
-        "the top hits' passages by how likely it finds the question after each, from their "
-        "cells in the window; the best is quoted) or off (the quote policy). Default: the "
-        "rerank setting, off.",
+        help="Passage quoted before the question: llm (the generator's pick among the top "
+        "hits) or off (the quote policy). Default: off.",
     ),
 ]
 Think = Annotated[
     str | None,
     typer.Option(
         "--think",
-        help="A reasoning model (Qwen3, DeepSeek-R1, gpt-oss, …): on lets it think before it "
-        "answers (shown dimmed, kept apart from the answer), off opens its reply without "
-        "thinking. Other models ignore it. Default: the think setting, off.",
+        help="Let a reasoning model (Qwen3, gpt-oss, …) think before it answers: on or off "
+        "(other models ignore it). Default: off.",
     ),
 ]
 EmbedModel = Annotated[
@@ -96,8 +93,7 @@ RepeatGuard = Annotated[
     str | None,
     typer.Option(
         "--repeat-guard",
-        help="Keep replies from looping: dry (llama.cpp's DRY sampler; digits and quotes "
-        "break its repeats, so numbers and quotes stay intact; a loop that forms anyway ends "
-        "the reply), stop (end the reply once 3 words repeat 3 times), off. Default: dry.",
+        help="Keep replies from looping: dry (llama.cpp's DRY sampler; a loop that forms "
+        "anyway ends the reply), stop (end it once 3 words repeat 3 times), off. Default: dry.",
     ),
 ]

@@ -23,8 +23,12 @@ def pull(
     threads: opt.Threads = None,
     embed_model: opt.EmbedModel = None,
 ) -> None:
-    """Fetch a published document's manifest: its catalog entry and recall index are built
-    here; its KV chunks stay in the remote tier and are paged in by `ask` (no prefill)."""
+    """Fetch a document another machine published to the remote tier.
+
+    Builds its catalog entry and recall index here from its manifest; its KV
+    chunks stay in Redis and `cascade ask` pages them in (no prefill).
+
+    Example: cascade pull manual --remote redis://cache.lan:6379/0"""
     cfg = settings(
         opt.flags(
             remote_cache_url=remote,

@@ -133,7 +133,7 @@ def serve(
         typer.Option(
             "--allow-origin",
             help="A web page origin (scheme://host[:port], `*` = any part) that may call the "
-            "server, beside loopback ones (repeatable; setting allow_origins).",
+            "server beside loopback ones (repeatable).",
         ),
     ] = None,
     max_body_size: Annotated[
@@ -179,11 +179,15 @@ def serve(
     repeat_guard: opt.RepeatGuard = None,
     remote: opt.Remote = None,
 ) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API whose prompt cache lives in the store.
+    """Serve the model over an OpenAI-compatible HTTP API.
 
-    Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health.
+    Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health. The
+    prompt cache lives in the store. Requests are answered one at a time, in
+    arrival order; Ctrl-C or SIGTERM stops it.
 
-    Requests are answered one at a time, in arrival order; Ctrl-C or SIGTERM stops it."""
+    Example: cascade serve --port 8080 --api-key KEY
+
+    See docs/commands.md."""
     cfg = settings(
         opt.flags(
             model=model,

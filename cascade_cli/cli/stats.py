@@ -6,9 +6,9 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.docs import rows_table
 from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.errors import NotFoundError
 from cascade_cli.paging import catalog
@@ -93,18 +93,47 @@ def _size(n: float) -> str:
     return str(n)
 
 
+def _owners(data: dict[str, Any]) -> None:
+    """The documents' and the sessions' tables (every column but the name stays one line)."""
+    docs = rows_table("document", "v", "status", "tokens", "chunks", "size", "kv")
+    for d in data["documents"]:
+        docs.add_row(
+            shown(d["name"]),
+            str(d["version"]),
+            shown(d["status"]),
+            str(d["tokens"]),
+            str(d["chunks"]),
+            _size(d["bytes"]),
+            d["compression"],
+        )
+    chats = rows_table("session", "turns", "tokens", "chunks", "size", "kv")
+    for c in data["sessions"]:
+        chats.add_row(
+            shown(c["name"]), str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
+            c["compression"],
+        )  # fmt: skip
+    for table in (docs, chats):
+        out.print()
+        out.print(table)
+
+
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON with stable keys.")] = False,
     disk_cache_path: opt.DiskCachePath = None,
 ) -> None:
-    """Show hits, misses, bytes and latencies per tier, and what each document occupies."""
+    """Show the store's per-tier counters, latencies and sizes.
+
+    Hits, misses, bytes and latencies per tier, what each document and session
+    occupies, and the server's counters; --json prints them with stable keys.
+
+    Example: cascade stats --json"""
     data = collect(disk_cache_path)
     if as_json:
         out.print_json(json.dumps(data))
         return
-    tiers = Table(title=f"tiers · {data['store']}")
-    for col in ("tier", "hits", "misses", "hit rate", "read", "written", "evictions"):
-        tiers.add_column(col, justify="right" if col != "tier" else "left")
+    tiers = rows_table("tier", "hits", "misses", "hit rate", "read", "written", "evicted")
+    for col in tiers.columns[1:]:
+        col.justify = "right"
     for name, t in data["tiers"].items():
         total = t["hits"] + t["misses"]
         rate = f"{100 * t['hits'] / total:.0f}%" if total else "-"
@@ -118,6 +147,7 @@ def stats(
             str(t["evictions"]),
         )
     out.print(tiers)
+    out.print(shown(f"store: {data['store']}"), style="dim")
     kinds = " · ".join(f"{k} {_size(n)}" for k, n in data["disk"]["by_kind"].items())
     out.print(f"disk by owner: {kinds}")
     r = data["tiers"]["remote"]
@@ -126,34 +156,12 @@ def stats(
             f"remote tier: {r['published']} chunks published, {r['corrupt']} failed "
             f"verification (not served), {r['errors']} calls failed or skipped while unreachable"
         )
-    lat = Table(title="latency")
-    for col in ("operation", "count", "mean"):
-        lat.add_column(col)
+    lat = rows_table("operation", "count", "mean")
     for op, h in data["latency"].items():
         mean = f"{1000 * h['seconds'] / h['count']:.2f} ms" if h.get("count") else "-"
         lat.add_row(op, str(h.get("count", 0)), mean)
+    out.print()
     out.print(lat)
-    docs = Table(title="documents")
-    for col in ("name", "version", "status", "tokens", "chunks", "bytes", "compression"):
-        docs.add_column(col)
-    for d in data["documents"]:
-        docs.add_row(
-            shown(d["name"]),
-            str(d["version"]),
-            shown(d["status"]),
-            str(d["tokens"]),
-            str(d["chunks"]),
-            _size(d["bytes"]),
-            d["compression"],
-        )
-    out.print(docs)
-    chats = Table(title="sessions")
-    for col in ("name", "turns", "tokens", "chunks", "bytes", "compression"):
-        chats.add_column(col)
-    for c in data["sessions"]:
-        chats.add_row(
-            shown(c["name"]), str(c["turns"]), str(c["tokens"]), str(c["chunks"]), _size(c["bytes"]),
-            c["compression"],
-        )  # fmt: skip
-    out.print(chats)
+    _owners(data)
+    out.print()
     out.print(server_stats.summary(data))

@@ -119,9 +119,14 @@ def verify(
     flash_attn: opt.FlashAttn = None,
     remote: opt.Remote = None,
 ) -> None:
-    """Check every chunk's checksum and header, the index against the data files, and each
-    document against its chunks. Exits 1 if anything is damaged (also when --repair fixed it;
-    a second verify then exits 0)."""
+    """Check the store and, with --repair, fix what is damaged.
+
+    Checks every chunk's checksum and header, the index against the data files
+    and each document against its chunks; with --remote, also the chunks in
+    Redis. Exits 1 if anything is damaged (also when --repair fixed it; a second
+    verify then exits 0).
+
+    Example: cascade verify --repair"""
     cfg = settings(
         opt.flags(
             disk_cache_path=disk_cache_path,
