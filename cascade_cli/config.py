@@ -109,34 +109,56 @@ def parse_int(value: object, name: str, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting cascade reads. Field names are the TOML keys."""
+    """Every setting cascade reads. Field names are the TOML keys; the string under each field
+    is its one-line description in docs/settings.md (scripts/reference.py)."""
 
     model: str = "smollm2-135m"
+    """The model: a registry name (`cascade models list`) or a path to a .gguf file."""
     gpu_layers: int = -1
+    """Layers offloaded to the GPU (-1 = all, 0 = CPU only)."""
     threads: int = 0
+    """CPU threads (0 = every core)."""
     gpu_cache_size: int = 4096
+    """The live context window, in tokens (accepts 4k = 4096)."""
     memory_cache_size: int = 512 * 1024**2
+    """The RAM tier's budget, in bytes (accepts 512MiB, 2GB)."""
     disk_cache_path: Path = dataclasses.field(default_factory=lambda: data_dir() / "store")
+    """The directory of the on-disk KV store (the disk tier)."""
     disk_cache_budget: int = 0
+    """Cap on the disk tier, in bytes (0 = none); finished documents' chunks go first."""
     block_size: int = 512
+    """Tokens per KV chunk, the paging unit."""
     compression: str = "q4"
+    """How the disk tier quantizes KV chunks (COMPRESSIONS)."""
     flash_attn: str = "auto"
+    """llama.cpp's flash attention (FLASH_ATTN)."""
     recall: str = "hybrid"
+    """How chunks are recalled: BM25 and embeddings together, or one of them (RECALL)."""
     embed_model: str = "minilm-l6"
-    repeat_guard: str = "dry"  # ask, chat and serve replies (REPEAT_GUARDS)
-    rerank: str = "off"  # which recalled passage is quoted (RERANKS; BENCHMARKS: off)
-    think: str = "off"  # a reasoning model's thinking before its answer (THINK)
-    # `cascade serve`: origins allowed beside loopback ones, and bounds on one request
+    """The sentence-embedding model recall uses: a registry name, a .gguf path or none."""
+    repeat_guard: str = "dry"
+    """What keeps ask, chat and serve replies from looping (REPEAT_GUARDS)."""
+    rerank: str = "off"
+    """Which recalled passage is quoted: the generator's choice, or the quote policy (RERANKS)."""
+    think: str = "off"
+    """Whether a reasoning model thinks before it answers (THINK)."""
     allow_origins: tuple[str, ...] = ()
+    """`cascade serve`: web page origins allowed beside loopback ones (scheme://host[:port])."""
     max_body_size: int = 4 * 1024**2
+    """`cascade serve`: the largest request body, in bytes (over it: 413)."""
     max_messages: int = 1024
+    """`cascade serve`: the most messages in one request."""
     max_queue: int = 16
+    """`cascade serve`: the most requests waiting behind the running one (over it: 429)."""
     max_reply_tokens: int = 4096
-    api_cache_budget: int = 2 * 1024**3  # the server's stored conversations (0: no limit)
-    #: redis://[user:password@]host:port/db (rediss:// for TLS): the shared tier below disk
-    #: ("" = none). Never printed as is (store.remote.redact).
+    """`cascade serve`: the highest max_tokens a request may ask."""
+    api_cache_budget: int = 2 * 1024**3
+    """`cascade serve`: disk its stored conversations may take, in bytes (0 = no limit)."""
     remote_cache_url: str = dataclasses.field(default="", repr=False)
-    remote_cache_ttl: int = 0  # seconds a published chunk lives in Redis (0 = until evicted)
+    """The shared tier below disk: redis://[user:password@]host:port/db, rediss:// for TLS ("" =
+    none). Never printed as is (store.remote.redact)."""
+    remote_cache_ttl: int = 0
+    """Seconds a published chunk lives in Redis (0 = until evicted)."""
 
     @property
     def n_threads(self) -> int:
