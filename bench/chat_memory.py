@@ -10,7 +10,9 @@ process asks the direct question, a 5th (on the copy) a paraphrase. A trial coun
 code's digits are in the answer; the table also says whether turn 1 was recalled (the stderr
 marker). Controls, no paging: the direct question and the paraphrase right after turn 1 (each in
 a session of its own), and the direct question after turn 1 and three more turns (≈ 2,000 tokens,
-all still in the window; --distance N of them).
+all still in the window; --distance N of them). The summary goes to
+bench/results/chat-memory-<wording>-<window>[-<N>windows][-<text>][-<model>].json.
+Needs no earlier run: the session home bench/.work/chat-memory[-<text>] is made afresh.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import TEXT, WORDINGS, chat, env, filler, home  # noqa: E402
+from bench.chat_common import MODEL, TEXT, WORDINGS, chat, env, filler, home  # noqa: E402
+from bench.provenance import save  # noqa: E402
+
+#: recall's embedding model, linked into the session home beside the generator
+EMBED = MODEL.parent / "all-MiniLM-L6-v2.f16.gguf"
 
 
 def tokens(where: Path, session: str) -> int:
@@ -64,6 +71,9 @@ def main() -> None:
           " recalled |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     hits = {"direct": 0, "paraphrase": 0}
+    turn1 = {"direct": 0, "paraphrase": 0}  # turn 1 among the recalled turns
+    laters: list[int] = []  # tokens after turn 1, per trial
+    processes: list[int] = []
     for trial in range(args.trials):
         code = str(rng.randrange(1000, 10000))
         name = f"t{trial}"
@@ -87,6 +97,10 @@ def main() -> None:
         ok1, ok2 = code in direct, code in para
         hits["direct"] += ok1
         hits["paraphrase"] += ok2
+        turn1["direct"] += "turn 1" in r1.split(", ")
+        turn1["paraphrase"] += "turn 1" in r2.split(", ")
+        laters.append(later)
+        processes.append(procs + 1)
         print(
             f"| {trial} | {code} | {later} | {procs + 1} | {'yes' if ok1 else 'no: ' + direct.replace(chr(10), ' ')[:40]}"
             f" | {r1} | {'yes' if ok2 else 'no: ' + para.replace(chr(10), ' ')[:40]} | {r2} |",
@@ -120,7 +134,37 @@ def main() -> None:
         ok += code in answer
         print(f"distance control {trial}: {tokens(where, name)} tokens, nothing paged out"
               f" ({recalled}), {'yes' if code in answer else 'no: ' + answer[:40]}")  # fmt: skip
-    print(f"control (turn 1 in the window, 3 turns before the question): {ok}/{distance}")
+    later_tokens = statistics.median(laters) if laters else 0
+    rows = [
+        [f"direct, {later_tokens / args.window:.1f} windows later, through restarts",
+         f"**{hits['direct']}/{args.trials}**", f"{turn1['direct']}/{args.trials}"],
+        ["paraphrase", f"**{hits['paraphrase']}/{args.trials}**",
+         f"{turn1['paraphrase']}/{args.trials}"],
+    ]  # fmt: skip
+    for kind in ("direct", "paraphrase") if args.control else ():
+        rows.append([f"control: {kind} right after turn 1", f"{got[kind]}/{args.control}",
+                     "(in the window)"])  # fmt: skip
+    if distance:
+        rows.append(["control: turn 1 in the window, 3 turns before the question",
+                     f"{ok}/{distance}", "(in the window)"])  # fmt: skip
+    tag = "" if args.windows == 3 else f"-{args.windows:g}windows"
+    tag += "" if args.text == TEXT else f"-{args.text.stem}"
+    tag += "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"
+    save(
+        f"chat-memory-{args.wording}-{args.window}{tag}",
+        topic="chat",
+        title=f"The locker code through chat after ≥ {args.windows:g} windows ({args.wording} "
+        f"wordings, filler: {args.text.name}, window {args.window})",
+        target="direct ≥ 9/10, paraphrase ≥ 5/10",
+        columns=["question", "answered", "turn 1 recalled"],
+        rows=rows,
+        models=[MODEL, EMBED],
+        notes=f"{args.trials} trials, window {args.window}, ≥ {args.windows:g} windows of filler "
+        f"after turn 1 (median {later_tokens:.0f} tokens), greedy, replies ≤ 32 tokens, recall "
+        f"hybrid; each trial one `cascade chat --session` over {max(processes, default=0)} "
+        f"processes, the paraphrase asked on a copy of the store. Questions: {direct_q!r} / "
+        f"{para_q!r}.",
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ layout + that K-shift; medians over the turns that paged (a turn left or a chunk
 
 rss: 200 turns (≈ 230 tokens each with --chars 800: the window is full by turn 20, 200 turns
 are ≈ 11 windows) in one process; VmRSS after turns 20, 50, 100, 150 and 200.
+
+Each mode's summary goes to
+bench/results/chat-turns-<cost|rss>-<window>[-<N>chars][-<model>].json (bench/provenance.py).
+Needs no earlier run: the store is a temporary directory.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.chat_common import MODEL, filler  # noqa: E402
+from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.window import SCRATCH_SEQ  # noqa: E402
+from cascade_cli.registry import resolve_model  # noqa: E402
 from cascade_cli.session import pages as pages_mod  # noqa: E402
 from cascade_cli.session.chat import ChatSession  # noqa: E402
 
@@ -106,19 +112,29 @@ def cost(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
     chat.close()
     paged = [r for r in rows if r[6]]
     total = chat.s.tokens
-    print(f"\n{args.turns} turns, {total} tokens = {total / args.window:.1f} windows; "
-          f"{len(paged)} turns paged")  # fmt: skip
-    print("| turns | median TTFT s | median recall ms | median layout ms | median K-shift ms |"
-          " median added ms | max added ms |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    table = []
     for label, sel in (("paging turns", paged), ("all turns", rows)):
         if not sel:
             continue
         med = [statistics.median(r[k] for r in sel) for k in (1, 2, 3, 4, 5)]
-        print(
-            f"| {label} ({len(sel)}) | {med[0]:.3f} | {med[1] * 1e3:.1f} | {med[2] * 1e3:.1f} | "
-            f"{med[3] * 1e3:.1f} | **{med[4] * 1e3:.1f}** | {max(r[5] for r in sel) * 1e3:.1f} |"
-        )
+        table.append([f"{label} ({len(sel)})", f"{med[0]:.3f}", f"{med[1] * 1e3:.1f}",
+                      f"{med[2] * 1e3:.1f}", f"{med[3] * 1e3:.1f}", f"**{med[4] * 1e3:.1f}**",
+                      f"{max(r[5] for r in sel) * 1e3:.1f}"])  # fmt: skip
+    save(
+        f"chat-turns-cost-{args.window}{_model_tag()}",
+        topic="chat",
+        title=f"What paging adds to a chat turn (window {args.window}, {MODEL.name})",
+        target="median added cost per paging turn (recall + layout + K-shift) ≤ 150 ms",
+        columns=["turns", "median TTFT s", "median recall ms", "median layout ms",
+                 "median K-shift ms", "median added ms", "max added ms"],
+        rows=table,
+        models=args.models,
+        notes=f"{args.turns} turns in one in-process session, {total} tokens = "
+        f"{total / args.window:.1f} windows, {len(paged)} turns paged; greedy, replies ≤ 32 "
+        f"tokens, {args.threads} thread(s). Added = recall + layout + the K-shift paid by a "
+        "one-token probe decode right after the layout change, minus the same probe once "
+        "nothing is pending.",
+    )  # fmt: skip
 
 
 def rss(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
@@ -126,6 +142,7 @@ def rss(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
     msgs = filler(args.turns, seed=11, chars=args.chars)
     marks = {20, 50, 100, 150, args.turns}
     seen: dict[int, float] = {}
+    table: list[list[object]] = []
     for i, msg in enumerate(msgs):
         for _ in chat.send(msg):
             pass
@@ -134,8 +151,30 @@ def rss(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
             seen[i + 1] = rss_mib()
             print(f"turn {i + 1}: RSS {seen[i + 1]:.1f} MiB, RAM tier {lib.ram.nbytes / 2**20:.1f}"
                   f" MiB, {chat.s.tokens} tokens", flush=True)  # fmt: skip
+            table.append([i + 1, chat.s.tokens, f"{seen[i + 1]:.1f}",
+                          f"{lib.ram.nbytes / 2**20:.1f}"])  # fmt: skip
     chat.close()
-    print(f"RSS after {args.turns} vs after 20: {seen[args.turns] / seen[20] - 1:+.1%}")
+    first = min(seen)  # turn 20, or the last turn when there are fewer
+    save(
+        f"chat-turns-rss-{args.window}"
+        + ("" if args.chars == 800 else f"-{args.chars}chars")
+        + _model_tag(),
+        topic="chat",
+        title=f"Memory over {args.turns} chat turns in one process (window {args.window}, "
+        f"{MODEL.name})",
+        target="VmRSS after the last turn within 10 % of after turn 20",
+        columns=["after turn", "tokens so far", "VmRSS MiB", "RAM tier MiB"],
+        rows=table,
+        models=args.models,
+        notes=f"RSS after turn {args.turns} vs after turn {first}: "
+        f"**{seen[args.turns] / seen[first] - 1:+.1%}**. One process, messages of ≈ "
+        f"{args.chars} characters about passages of Emma, greedy, replies ≤ 16 tokens, "
+        f"{args.threads} thread(s).",
+    )
+
+
+def _model_tag() -> str:
+    return "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"
 
 
 def main() -> None:
@@ -157,6 +196,9 @@ def main() -> None:
             Context(model, args.window + 256, 4, 512, cfg.n_threads) as ctx,
             Library(cfg, ctx) as lib,
         ):
+            # the generator and recall's embedding model (as Library resolved it)
+            embed = [resolve_model(cfg.embed_model, pull=False)] if lib.embedder_factory else []
+            args.models = [MODEL, *embed]
             (cost if args.what == "cost" else rss)(args, ctx, lib)
 
 

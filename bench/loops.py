@@ -7,7 +7,9 @@ model's frame, the question tokens with the "Answer: " cue, greedy, no repeat pe
 --context tokens of the book around its evidence sentence (the answer's passage at a random
 place in it), prefilled instead of restored: a loop is the generator's doing, not paging's, and
 no ingest is needed. A reply loops when an n-gram of 3 words repeats 3 times at one period
-(cascade_cli.engine.loops). Also counted: replies naming an expected answer term.
+(cascade_cli.engine.loops). Also counted: replies naming an expected answer term. The table goes
+to bench/results/loops-<books>-<context>ctx-<max-tokens>max-<limit>q.json (bench/provenance.py).
+Needs no earlier run, only the books' texts in bench/data (python bench/fetch_text.py BOOK ...).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.niah import MODEL  # noqa: E402
+from bench.provenance import save  # noqa: E402
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
 from cascade_cli.engine.generate import Generation, generate  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
@@ -43,6 +46,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    missing = [b for b in args.books if not (DATA / f"{b}.txt").exists()]
+    if missing:
+        raise SystemExit(f"bench/data lacks {', '.join(missing)}: python bench/fetch_text.py "
+                         f"{' '.join(missing)}")  # fmt: skip
     set_verbose(False)
     rng = random.Random(7)
     looped = {g: 0 for g in args.guards}
@@ -83,13 +90,21 @@ def main() -> None:
                                               "answer": answer}) + "\n")  # fmt: skip
                         out.flush()
                 print(f"{book} {i:2d} {' '.join(row)}", flush=True)
-    print(f"\n{asked} questions, {args.context}-token context, {args.max_tokens} tokens max, "
-          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
-    print("| guard | looping replies | per 100 | replies naming the answer |")
-    print("|---|---|---|---|")
-    for g in args.guards:
-        print(f"| {g} | {looped[g]}/{asked} | {100 * looped[g] / max(asked, 1):.0f} | "
-              f"{named[g]}/{asked} |")  # fmt: skip
+    save(
+        f"loops-{'-'.join(args.books)}-{args.context}ctx-{args.max_tokens}max-{args.limit}q",
+        topic="answers",
+        title=f"Looping replies with and without the repetition guard ({', '.join(args.books)})",
+        target="0 looping replies per 100 with the guard on (dry)",
+        columns=["guard", "looping replies", "per 100", "replies naming the answer"],
+        rows=[[g, f"{looped[g]}/{asked}", f"**{100 * looped[g] / max(asked, 1):.0f}**",
+               f"{named[g]}/{asked}"] for g in args.guards],
+        models=[MODEL],
+        notes=f"{asked} hand-written questions (≤ {args.limit} a book), each after "
+        f"{args.context} tokens of the book around its evidence, prefilled; greedy, no repeat "
+        f"penalty, ≤ {args.max_tokens} tokens, {args.threads} thread(s), "
+        f"{time.perf_counter() - t0:.0f} s. A reply loops when a 3-word n-gram repeats 3 times "
+        "at one period (cascade_cli.engine.loops).",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

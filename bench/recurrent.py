@@ -7,7 +7,10 @@ python bench/recurrent.py [--tokens 2000] [--repeats 5]
 Per model: the window (a system page and turns of `--block`-token pages, --tokens in all) laid out
 by session.pages.Pages through paging.prefix: cold (everything decoded), then a fresh window
 restoring the stored snapshot from the RAM tier, then from disk (RAM emptied) — medians of
---repeats; also the snapshot's bytes on disk vs the tokens it stands for.
+--repeats; also the snapshot's bytes on disk vs the tokens it stands for. The table goes to
+bench/results/recurrent-<tokens>-<block>.json (bench/provenance.py). Needs no earlier run (the
+models are written to a temporary directory), only bench/data/emma.txt
+(python bench/fetch_text.py emma).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.chat_common import MODEL  # noqa: E402
+from bench.provenance import save  # noqa: E402
 from tests.engine.tiny_gguf import write  # noqa: E402
+
+EMMA = ROOT / "bench" / "data" / "emma.txt"
 
 
 def run(arch: str, tokens: int, block: int, repeats: int, work: Path) -> dict[str, Any]:
@@ -50,7 +56,7 @@ def run(arch: str, tokens: int, block: int, repeats: int, work: Path) -> dict[st
         Context(m, tokens + 64, 4, 512, threads) as ctx,
         Library(cfg, ctx) as lib,
     ):
-        words = (ROOT / "bench" / "data" / "emma.txt").read_text()[: 20 * tokens]
+        words = EMMA.read_text()[: 20 * tokens]
         ids = m.tokenize(words)[:tokens]
         pages = []
         for i in range(0, len(ids), block):
@@ -96,13 +102,37 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
+    if not EMMA.exists():
+        raise SystemExit(f"{EMMA.relative_to(ROOT)} is missing: python bench/fetch_text.py emma")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for arch in ("mamba", "jamba"):
             rows.append(run(arch, args.tokens, args.block, args.repeats, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
-    out = ROOT / "bench" / "results" / "recurrent.json"
-    out.write_text(json.dumps(rows, indent=2) + "\n")
+        names = {
+            "mamba": "Mamba (recurrent)",
+            "jamba": "Jamba (hybrid: 1 attention + 1 Mamba layer)",
+        }
+        save(
+            f"recurrent-{args.tokens}-{args.block}",
+            topic="models",
+            title="Recurrent and hybrid models: prefix snapshots vs re-prefill (tiny test models)",
+            columns=["model (layout)", "re-prefill ms", "from RAM ms", "from disk ms",
+                     "snapshot on disk B"],
+            rows=[[names.get(r["model"], r["model"]), f"{1000 * r['prefill_s']:.1f}",
+                   f"{1000 * r['ram_s']:.2f} = **{r['ram_x']:.0f}×**",
+                   f"{1000 * r['disk_s']:.2f} = **{r['disk_x']:.0f}×**",
+                   f"{r['snapshot_bytes']:,}"]
+                  for r in rows],
+            models=[MODEL, *(Path(tmp) / f"tiny-{r['model']}.gguf" for r in rows)],
+            notes=f"A {args.tokens}-token window (a page per {args.block} tokens of Emma) laid out "
+            "by session.pages.Pages through paging/prefix.py on tiny random-weight GGUFs written "
+            f"with tests/engine/tiny_gguf.py (64-dim, 2 layers, {MODEL.name}'s tokenizer). Cold: "
+            "every page decoded; then a fresh window restoring the stored snapshot from the RAM "
+            f"tier, and from disk (RAM emptied, q4 for the attention section). Medians of "
+            f"{args.repeats}; {os.environ.get('CASCADE_THREADS', '2')} threads.",
+            extra={"rows": rows},
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

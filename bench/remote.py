@@ -15,6 +15,10 @@ One run against a redis-server this script starts on a free loopback port (no pe
    per chunk, checked), against `redis-benchmark` GETs of values of the same size, one client.
 4. Two `cascade serve --remote` on two homes: a --turns-turn conversation sent to the first,
    then the same conversation to the second; the second's cached_tokens / prompt_tokens.
+
+The table goes to bench/results/remote-<chars>chars-<turns>turns.json (bench/provenance.py).
+Needs redis-server and redis-benchmark (apt-get install redis-server), no earlier run: the homes
+(bench/.work/remote-*, serve-a, serve-b) are made afresh.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from bench.chat_common import home  # noqa: E402
+from bench.provenance import save  # noqa: E402
 from bench.restore_speed import drop_cache  # noqa: E402
 from bench.serve_client import Server, stream  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
@@ -116,8 +121,11 @@ def in_process(b: Path, url: str, repeats: int) -> dict[str, Any]:
 
     set_verbose(False)
     cfg = resolve({"remote_cache_url": url, "threads": THREADS})
+    model_path = resolve_model(cfg.model)
+    wanted = cfg.embed_model.lower() != "none" and cfg.recall != "bm25"  # as Library decides
+    embed = [resolve_model(cfg.embed_model, pull=False)] if wanted else []
     with (
-        Model(resolve_model(cfg.model)) as model,
+        Model(model_path) as model,
         Context(
             model, cfg.gpu_cache_size + cfg.block_size, 3, cfg.block_size, cfg.n_threads, "off"
         ) as ctx,  # fmt: skip
@@ -184,6 +192,10 @@ def in_process(b: Path, url: str, repeats: int) -> dict[str, Any]:
         "bytes": sum(sizes),
         "fetch": fetch,
         "chunk_bytes": int(statistics.median(sizes)),
+        "models": [model_path, *embed],
+        "scheme": cfg.compression,
+        "window": cfg.gpu_cache_size,
+        "block": cfg.block_size,
     }
 
 
@@ -243,34 +255,49 @@ def main() -> None:
             proc.terminate()
             proc.wait(10)
     mib = p["bytes"] / 2**20
-    print(f"threads {THREADS}; {p['tokens']}-token window, {p['chunks']} chunks, {mib:.1f} MiB q4; "
-          f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end")  # fmt: skip
-    print("| measure | value |")
-    print("|---|---|")
-    print(f"| re-prefill {p['tokens']} tokens | {p['prefill']:.3f} s |")
-    print(f"| restore from remote (Redis, loopback) | {p['remote']:.3f} s = "
-          f"**{p['prefill'] / p['remote']:.0f}×** faster than prefill |")  # fmt: skip
-    print(f"| restore from disk (page cache dropped) | {p['disk']:.3f} s = "
-          f"{p['prefill'] / p['disk']:.0f}× (remote / disk = {p['remote'] / p['disk']:.2f}) |")  # fmt: skip
-    print(f"| A: ingest + publish | {m['ingest_a']:.1f} s (wall) |")
-    print(f"| B asks A's book (--remote, no prefill): first token | {m['b_ttft']:.2f} s "
-          f"(process wall {m['b_wall']:.1f} s; tiers {m['b_tiers']}, {m['b_chunks']} chunks, "
-          f"{m['b_prefill']} prefill tokens = the question) |")  # fmt: skip
-    print(f"| C ingests it itself, then asks: ingest + first token | {m['c_ingest']:.1f} s + "
-          f"{m['c_ttft']:.2f} s = {m['c_ingest'] + m['c_ttft']:.1f} s (ask process wall "
-          f"{m['c_wall']:.1f} s) |")  # fmt: skip
-    print(f"| B's answer identical to A's | {m['same_answer']} ({m['answer'][:60]!r}…) |")
-    print(f"| remote tier `get`, whole document ({p['chunks']} × {p['chunk_bytes'] / 2**20:.2f} "
-          f"MiB) | {p['bytes'] / p['fetch'] / 1e6:.0f} MB/s |")  # fmt: skip
-    print(f"| redis-benchmark GET, same value size, 1 client | {bench_mbs:.0f} MB/s |")
     a, b = s["serve-a"]["usage"], s["serve-b"]["usage"]
     cached = b["prompt_tokens_details"]["cached_tokens"]
-    print(f"| server A (cold): prompt / cached tokens | {a['prompt_tokens']} / "
-          f"{a['prompt_tokens_details']['cached_tokens']} (ttft {s['serve-a']['ttft_s']:.2f} s) |")  # fmt: skip
-    print(f"| server B, same conversation: cached / prompt | {cached} / {b['prompt_tokens']} = "
-          f"**{cached / b['prompt_tokens']:.2f}** (ttft {s['serve-b']['ttft_s']:.2f} s) |")  # fmt: skip
     same = s["serve-a"]["text"] == s["serve-b"]["text"]
-    print(f"| B's reply = A's (A decoded the prompt, B restored q4 blocks) | {same} |")
+    rows = [
+        [f"re-prefill {p['tokens']} tokens", f"{p['prefill']:.3f} s"],
+        ["restore from remote (Redis, loopback)", f"{p['remote']:.3f} s = "
+         f"**{p['prefill'] / p['remote']:.0f}×** faster than prefill"],
+        ["restore from disk (page cache dropped)", f"{p['disk']:.3f} s = "
+         f"{p['prefill'] / p['disk']:.0f}× (remote / disk = {p['remote'] / p['disk']:.2f})"],
+        ["A: ingest + publish", f"{m['ingest_a']:.1f} s (wall)"],
+        ["B asks A's book (--remote, no prefill): first token", f"{m['b_ttft']:.2f} s "
+         f"(process wall {m['b_wall']:.1f} s; tiers {m['b_tiers']}, {m['b_chunks']} chunks, "
+         f"{m['b_prefill']} prefill tokens = the question)"],
+        ["C ingests it itself, then asks: ingest + first token", f"{m['c_ingest']:.1f} s + "
+         f"{m['c_ttft']:.2f} s = {m['c_ingest'] + m['c_ttft']:.1f} s (ask process wall "
+         f"{m['c_wall']:.1f} s)"],
+        ["B's answer identical to A's", f"{m['same_answer']} ({m['answer'][:60]!r}…)"],
+        [f"remote tier `get`, whole document ({p['chunks']} × {p['chunk_bytes'] / 2**20:.2f} "
+         "MiB)", f"{p['bytes'] / p['fetch'] / 1e6:.0f} MB/s"],
+        ["redis-benchmark GET, same value size, 1 client", f"{bench_mbs:.0f} MB/s"],
+        ["server A (cold): prompt / cached tokens", f"{a['prompt_tokens']} / "
+         f"{a['prompt_tokens_details']['cached_tokens']} (ttft {s['serve-a']['ttft_s']:.2f} s)"],
+        ["server B, same conversation: cached / prompt", f"{cached} / {b['prompt_tokens']} = "
+         f"**{cached / b['prompt_tokens']:.2f}** (ttft {s['serve-b']['ttft_s']:.2f} s)"],
+        ["B's reply = A's (A decoded the prompt, B restored q4 blocks)", same],
+    ]  # fmt: skip
+    save(
+        f"remote-{args.chars}chars-{args.turns}turns",
+        topic="remote",
+        title="The remote tier on Redis (loopback): restore, a second machine's ask, shared "
+        "prompts",
+        target="restore from the remote tier ≥ 100× faster than re-prefill; the second "
+        "server's cached_tokens ≥ 0.8 × prompt",
+        columns=["measure", "value"],
+        rows=rows,
+        models=p["models"],
+        notes=f"The first {args.chars} characters of the shipped Persuasion sample, window "
+        f"{p['window']}, blocks of {p['block']}, {p['scheme']}, threads {THREADS}; a "
+        f"{p['tokens']}-token window, {p['chunks']} chunks, {mib:.1f} MiB; restores are medians "
+        f"of {args.repeats}; a {args.turns}-turn conversation for the servers; redis-server on a "
+        f"loopback port, no persistence. Load average {load:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end.",
+    )
 
 
 if __name__ == "__main__":

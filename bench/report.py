@@ -47,6 +47,24 @@ TOPICS: dict[str, tuple[str, str]] = {
         "The OpenAI-compatible server: a resent conversation decodes only its new part, "
         "also after a restart.",
     ),
+    "answers": (
+        "Answers",
+        "What the generator makes of what was paged in: looping replies, quotes that hold the "
+        "evidence, answers that name the answer.",
+    ),
+    "memory": (
+        "Resource bounds",
+        "Memory and open descriptors of one long-running process, against their bounds.",
+    ),
+    "remote": (
+        "Remote tier",
+        "A shared remote tier on Redis: restores, another machine's ask, shared prompts.",
+    ),
+    "models": (
+        "Other model families",
+        "Sliding-window, recurrent and hybrid models: the live window's memory and restores "
+        "from their snapshots.",
+    ),
     "earlier": (
         "Earlier figures, without provenance",
         "Not re-measured since result files began to record their provenance: marked as such.",

@@ -6,6 +6,8 @@ Ingests the shipped sample (cascade_cli/samples/persuasion.txt) into bench/.work
 (once), then asks rotating questions through the real ask path in one process — sink and
 chunks restored through the RAM and disk tiers, answers of up to 16 tokens — and prints RSS
 (/proc/self/statm), open file descriptors (/proc/self/fd) and the median ask time every 10 asks.
+The table goes to bench/results/resource-bounds-<window>-<block>[-<model>].json
+(bench/provenance.py). Needs no earlier run: the first run makes bench/.work/resources.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
@@ -77,6 +80,9 @@ def main() -> None:
         print("| asks | RSS MiB | open fds | median ask s (last 10) |")
         print("|---|---|---|---|")
         times: list[float] = []
+        rows: list[list[object]] = []
+        rss: list[float] = []
+        descriptors: list[int] = []
         for i in range(args.asks):
             t0 = time.perf_counter()
             res = AskResult(doc=doc.name)
@@ -87,7 +93,25 @@ def main() -> None:
             if i % 10 == 9:
                 gc.collect()
                 med = statistics.median(times[-10:])
-                print(f"| {i + 1} | {rss_mib():.1f} | {fds()} | {med:.3f} |", flush=True)
+                rss.append(rss_mib())
+                descriptors.append(fds())
+                print(f"| {i + 1} | {rss[-1]:.1f} | {descriptors[-1]} | {med:.3f} |", flush=True)
+                rows.append([i + 1, f"{rss[-1]:.1f}", descriptors[-1], f"{med:.3f}"])
+    save(
+        f"resource-bounds-{args.window}-{args.block}"
+        + ("" if args.model == MODEL else f"-{args.model.stem}"),
+        topic="memory",
+        title=f"{args.asks} asks in one process (window {args.window}, {args.model.name})",
+        target="open descriptors constant and RSS flat (no growth per ask)",
+        columns=["asks", "RSS MiB", "open fds", "median ask s (last 10)"],
+        rows=rows,
+        models=[args.model],
+        notes=f"The shipped sample ({doc.tokens} tokens in {doc.chunks} chunks of {args.block}), "
+        f"window {args.window}, q4, memory_cache_size 64MiB; questions rotate over "
+        f"{len(QUESTIONS)}, answers ≤ 16 tokens, {cfg.n_threads} threads. Open descriptors: "
+        f"{', '.join(str(d) for d in sorted(set(descriptors))) or '-'}; RSS "
+        f"{min(rss, default=0):.1f}–{max(rss, default=0):.1f} MiB.",
+    )
 
 
 if __name__ == "__main__":

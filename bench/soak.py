@@ -18,7 +18,10 @@ response), p50/p99 latency of answered requests (queueing included), the slowest
 of prompt tokens answered from the cache, the store's size and the conversations' bytes
 (max over the run) against --api-cache-budget, RSS mean of the first and the last fifth of the
 run. Window 1024, block 128, replies ≤ 16 tokens, threads from CASCADE_THREADS (default 2).
-The results go to bench/results/soak-<minutes>min.json (with the 5-second samples).
+The results go to bench/results/soak-<minutes>min.json (with the 5-second samples), the summary
+table to bench/results/soak-summary-<minutes>min-<clients>clients-<budget>.json
+(bench/provenance.py). Needs no earlier run: the server's home bench/.work/serve-soak is made
+afresh.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.chat_common import MODEL, home  # noqa: E402
 from bench.chat_common import ROOT as _ROOT  # noqa: E402
-from bench.chat_common import home  # noqa: E402
+from bench.provenance import save  # noqa: E402
 from bench.serve_client import model_name, serving  # noqa: E402
 from cascade_cli.config import parse_size  # noqa: E402
 
@@ -252,7 +256,53 @@ def main() -> None:
     report = soak(args)
     out = ROOT / "bench" / "results" / f"soak-{args.minutes:g}min.json"
     out.write_text(json.dumps(report, indent=1))
-    print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
+    summary(args, report, out)
+
+
+def summary(args: argparse.Namespace, r: dict[str, Any], out: Path) -> None:
+    """The result file (bench/provenance.py): the run's measures against the targets."""
+    req = r["requests"]
+    answered = {k: n for k, n in req.items() if k.endswith(" 200")}
+    big = {k: n for k, n in req.items() if k.startswith("big ")}
+    mib = 2**20
+    budget = parse_size(r["api_cache_budget"], "budget")
+    rows = [
+        ["requests answered", f"{sum(answered.values()):,} ("
+         + ", ".join(f"{n:,} {k.split()[0]}" for k, n in sorted(answered.items())) + ")"],
+        ["1 MiB bodies", f"{sum(big.values()):,}" + (": " + ", ".join(
+            f"{n:,} × {k.split()[1]}" for k, n in sorted(big.items()))
+            + f"; slowest 413 {r['refused_413_max_s']:.2f} s" if big else "")],
+        ["429 (queue full, retried)", sum(n for k, n in req.items() if k.endswith(" 429"))],
+        ["errors (any other status, transport errors, impossible usage)", f"**{r['n_errors']}**"],
+        ["latency of answered requests, queueing included",
+         f"p50 {r['latency_s']['p50']:.2f} s · p99 {r['latency_s']['p99']:.2f} s"],
+        ["prompt tokens answered from the cache", f"{r['cached_share']:.1%}"],
+        [f"the server's chunks (`api:`) against the {r['api_cache_budget']} budget",
+         f"max **{r['api_bytes_max'] / mib:.1f} MiB** ({r['api_samples_over_budget']} of "
+         f"{r['samples_n']} samples over; {r['api_bytes_max']:,} vs {budget:,} B), end "
+         f"{r['api_bytes_end'] / mib:.1f} MiB"],
+        ["the store on disk (du), max", f"{r['store_bytes_max'] / mib:.1f} MiB"],
+        ["server RSS, mean of the first vs the last 5 minutes",
+         f"{r['rss_first_5min_mib']:.1f} → {r['rss_last_5min_mib']:.1f} MiB "
+         f"(**{r['rss_change']:+.1%}**)"],
+    ]  # fmt: skip
+    save(
+        f"soak-summary-{args.minutes:g}min-{args.clients}clients-{args.api_cache_budget}"
+        + ("" if args.memory_cache_size == "64MiB" else f"-ram{args.memory_cache_size}"),
+        topic="serve",
+        title=f"Soak: {args.clients} clients for {args.minutes:g} minutes, resent "
+        "conversations, a shared prefix, oversized bodies",
+        target="the server's chunks within --api-cache-budget, RSS flat (first vs last 5 minutes "
+        "within 10 %), no error other than the designed refusals",
+        columns=["measure", "value"],
+        rows=rows,
+        models=[MODEL],
+        notes=f"Server flags: {' '.join(r['flags'])}; replies ≤ 16 tokens; clients: 60 % resend "
+        "their conversation with one more message, 30 % start a new one with the shared prefix, "
+        f"10 % send a 1 MiB body. Wall {r['wall_s']:.0f} s; the 5-second samples are in "
+        f"{out.relative_to(ROOT)}.",
+        extra={k: v for k, v in r.items() if k != "samples"},
+    )
 
 
 if __name__ == "__main__":

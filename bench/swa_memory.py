@@ -6,7 +6,8 @@ Each configuration runs in a fresh child process: the model is loaded, then a co
 window (plus cascade's usual scratch sequences) is created; the resident-set growth of creating
 the context (llama.cpp clears its KV buffers, so they are resident) is reported beside the KV
 bytes llama.cpp allocates by its own rule (base layers: the whole window; SWA layers: the whole
-window with swa_full, else n_swa × n_seq_max + n_ubatch cells, padded to 256).
+window with swa_full, else n_swa × n_seq_max + n_ubatch cells, padded to 256). The table goes
+to bench/results/swa-memory-<model>-<windows>.json (bench/provenance.py); needs no earlier run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.provenance import save  # noqa: E402
 
 MODEL = ROOT / ".cascade-test" / "models" / "gemma-3-270m-q4_k_m.gguf"
 N_SEQ = 4  # cascade's contexts: window, scratch and two spare sequences
@@ -74,6 +77,8 @@ def main() -> None:
         "| window | swa_full | layers (full-attention) | KV allocated (llama.cpp's rule) MiB | RSS growth MiB |"
     )
     print("|---|---|---|---|---|")
+    rows: list[list[object]] = []
+    n_swa = 0
     for window in args.windows:
         for full in (True, False):
             out = subprocess.run(
@@ -88,6 +93,23 @@ def main() -> None:
                 f"| {res['kv_mib']:.1f} | {res['rss_mib']:.1f} |",
                 flush=True,
             )
+            rows.append([window, "on (ingest, chat, serve)" if full else "off (ask)",
+                         f"{res['layers']} ({res['base_layers']})", f"{res['kv_mib']:.1f}",
+                         f"{res['rss_mib']:.1f}"])  # fmt: skip
+            n_swa = int(res["n_swa"])
+    save(
+        f"swa-memory-{args.model.stem}-" + "-".join(str(w) for w in args.windows),
+        topic="models",
+        title=f"Memory of the live window with and without swa_full ({args.model.name})",
+        columns=["window", "swa_full", "layers (full-attention)",
+                 "KV allocated (llama.cpp's rule) MiB", "RSS growth MiB"],
+        rows=rows,
+        models=[args.model],
+        notes=f"A fresh process per row: the RSS growth of creating a context of the window "
+        f"({N_SEQ} sequences, ubatch {N_BATCH}; llama.cpp clears its KV buffers, so they are "
+        f"resident). n_swa {n_swa}: without swa_full the sliding-window layers hold "
+        f"n_swa × {N_SEQ} + {N_BATCH} cells, padded to 256.",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
