@@ -118,7 +118,7 @@ def serve(
     ] = 8080,
     api_key: Annotated[
         str | None,
-        typer.Option("--api-key", help="Require `Authorization: Bearer KEY` on /v1 requests."),
+        typer.Option("--api-key", help="Require `Authorization: Bearer KEY` on /v1 and /health."),
     ] = None,
     system: Annotated[
         str | None,
