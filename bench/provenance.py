@@ -106,13 +106,24 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _code() -> tuple[str, bool]:
+    """The commit checked out and whether tracked files differ from it."""
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "HEAD") or "unknown", bool(dirty)
+
+
+#: The code as the benchmark started (it imports this module first): what it ran, even if the
+#: tree changes while it runs.
+STARTED = _code()
+
+
 def provenance(models: Iterable[Path] = ()) -> dict[str, Any]:
     """What produced a result: commit, dirty flag, builds, model files, machine, command, date."""
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    commit, dirty = STARTED
     argv = [os.path.relpath(sys.argv[0], ROOT) if sys.argv[0] else "python", *sys.argv[1:]]
     return {
-        "commit": _git("rev-parse", "HEAD") or "unknown",
-        "dirty": bool(dirty),
+        "commit": commit,
+        "dirty": dirty,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python " + shlex.join(argv),
         **_llama(),
