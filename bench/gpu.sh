@@ -8,7 +8,9 @@
 # 4k window from disk and RAM vs its re-prefill (bench/restore_speed.py), ask TTFT vs a prefill of
 # the same layout (bench/niah.py builds the base document, bench/ttft.py asks), chat resume
 # (bench/chat_resume.py) and serve reuse before/after a restart (bench/serve.py reuse).
-# Everything goes to bench/results/gpu-<UTC time>.txt (RESULTS overrides). Sized to finish in
+# Each benchmark writes its result file with provenance (bench/provenance.py; on a GPU the name
+# ends in -gpu), then the report is rendered; the console output also goes to
+# bench/results/gpu-<UTC time>.txt (RESULTS overrides), a log. Sized to finish in
 # under 10 minutes on one data-centre GPU after the build (2-8 minutes with 16 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,4 +61,5 @@ for model in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
   run "$model: serve reuse before and after a restart" \
     env BENCH_MODEL="$path" "$PY" bench/serve.py reuse
 done
-echo "results: $RESULTS"
+"$PY" -m bench.report
+echo "log: $RESULTS"
