@@ -20,6 +20,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: The fixtures that pull a real model file; every test that uses one (directly or through
+#: another fixture: model, gemma, home, ctx, …) loads a real GGUF and is marked `model`.
+MODEL_FIXTURES = frozenset({"model_path", "embed_model_path", "gemma_path"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `model` the tests that need a real model (see pyproject.toml's markers)."""
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 def _pulled(name: str) -> Path:
     """A registry model's file, pulled into MODEL_HOME on first use."""
     from cascade_cli.registry import resolve_model
