@@ -18,6 +18,8 @@ import pytest
 
 from cascade_cli.store import DiskStore
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Shared by the writer process and the checker: a deterministic op list and payloads.

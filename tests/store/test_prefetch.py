@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import pytest
 from cascade_cli.errors import CodecError, CorruptChunkError, NotFoundError
 from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache, snapshot
 from cascade_cli.store.stats import BUCKETS, bucket_of
+from tests.wait import until
 
 
 def encode(blob: np.ndarray, scheme: str) -> bytes:
@@ -81,10 +82,17 @@ def test_write_back_errors_surface_at_flush(tmp_path: Path) -> None:
         keys = sorted(m.key for m in disk.chunks("d"))
         assert "d:0" in keys and "d:1" not in keys
         pager.save(cm(3, "bad"), blob(3))
-        with pytest.raises(CodecError):  # or at the next save
-            for i in range(4, 50):
+        later = itertools.count(4)
+
+        def surfaced() -> bool:  # or at the next save once the failure is in
+            i = next(later)
+            try:
                 pager.save(cm(i), blob(i))
-                time.sleep(0.01)
+            except CodecError:
+                return True
+            return False
+
+        until(surfaced, what="the failed save re-raised by a later save")
         pager.close()
 
 
@@ -92,7 +100,7 @@ def test_save_applies_backpressure(tmp_path: Path) -> None:
     gate = threading.Event()
 
     def slow_encode(b: np.ndarray, scheme: str) -> bytes:
-        gate.wait(5)
+        assert gate.wait(60)
         return b.tobytes()
 
     with DiskStore.open(tmp_path, "fp") as disk:
@@ -168,13 +176,17 @@ def test_prefetch_and_get_pass_target_positions_to_the_decoder(tmp_path: Path) -
 def test_prefetch_backlog_refills_beyond_the_limit(tmp_path: Path) -> None:
     """More keys than max_prefetch: the rest start as earlier ones are taken, none synchronously."""
     loads: list[str] = []
+    decoded: list[str] = []
 
     def decode_logged(payload: bytes) -> np.ndarray:
         loads.append(threading.current_thread().name)
-        return decode(payload)
+        state = decode(payload)
+        decoded.append(threading.current_thread().name)
+        return state
 
     for ram_bytes in (0, 10**7):  # states kept by their futures, or moved into RAM
         loads.clear()
+        decoded.clear()
         with (
             DiskStore.open(tmp_path / str(ram_bytes), "fp") as disk,
             Pager(
@@ -185,8 +197,8 @@ def test_prefetch_backlog_refills_beyond_the_limit(tmp_path: Path) -> None:
                 pager.save(cm(i), blob(i))
             pager.flush()
             assert pager.prefetch([f"d:{i}" for i in range(7)]) == 2
-            time.sleep(0.3)
-            assert len(loads) == 2  # read-ahead waits for the consumer
+            until(lambda: len(decoded) == 2, what="the two read-aheads decoded")
+            assert len(loads) == 2  # done, and no more begun: read-ahead waits for the consumer
             for i in range(7):
                 assert np.array_equal(pager.get(f"d:{i}"), blob(i))
         assert len(loads) == 7 and all(name.startswith("cascade-read") for name in loads)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from cascade_cli.errors import FingerprintMismatchError, StaleStoreError, StoreLockedError
-from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache
+from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache, snapshot
 from cascade_cli.store.disk import FLUSH_EVERY
+from tests.wait import until
 
 
 def encode(blob: np.ndarray, scheme: str) -> bytes:
@@ -42,7 +43,7 @@ def test_load_in_flight_does_not_put_a_stale_state_back(tmp_path: Path) -> None:
 
     def slow_decode(payload: bytes) -> np.ndarray:
         started.set()
-        assert release.wait(10)
+        assert release.wait(60)
         return decode(payload)
 
     with DiskStore.open(tmp_path, "fp") as disk:
@@ -50,14 +51,14 @@ def test_load_in_flight_does_not_put_a_stale_state_back(tmp_path: Path) -> None:
         with Pager(disk, ram, encode, slow_decode) as pager:
             disk.put(cm(0), encode(blob(0), ""))
             pager.prefetch(["d:0"])
-            assert started.wait(10)
+            assert started.wait(60)
             pager.save(cm(0), blob(1))  # the new state, not cached
             release.set()
             pager.flush()
-            time.sleep(0.2)  # let the old load finish
-            cached = ram.peek("d:0")
-            assert cached is None or np.array_equal(cached, blob(1))
             assert np.array_equal(pager.get("d:0"), blob(1))
+        # the pager is closed: its readers have stopped, the old load long finished
+        cached = ram.peek("d:0")
+        assert cached is None or np.array_equal(cached, blob(1))
 
 
 def test_read_ahead_larger_than_ram_is_not_reloaded(tmp_path: Path) -> None:
@@ -67,12 +68,13 @@ def test_read_ahead_larger_than_ram_is_not_reloaded(tmp_path: Path) -> None:
         with Pager(disk, ram, encode, decode, readers=2) as pager:
             for i in range(6):
                 disk.put(cm(i), encode(blob(i), ""))
-            hits0 = disk.stats.pending()[0].get(("disk", "hits"), 0)
+            hits0 = snapshot(disk)["tiers"]["disk"]["hits"]  # (merged every 2 s, or not yet)
             pager.prefetch([f"d:{i}" for i in range(6)])
-            time.sleep(0.5)  # every load done: the later ones evicted the earlier from RAM
+            # every load done: the later ones evicted the earlier from RAM
+            until(lambda: ram.evictions >= 4, what="six loads into a RAM tier that holds two")
             for i in range(6):
                 assert np.array_equal(pager.get(f"d:{i}"), blob(i))
-            hits = disk.stats.pending()[0].get(("disk", "hits"), 0) - hits0
+            hits = snapshot(disk)["tiers"]["disk"]["hits"] - hits0
             assert hits == 6, f"{hits - 6} prefetched state(s) were evicted and reloaded"
 
 
