@@ -3,7 +3,6 @@ request still answers from the local tiers, and the tier reconnects when Redis r
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,12 @@ from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.remote import record_of
-from cascade_cli.store import remote as remote_tier
 from cascade_cli.store import snapshot
 from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, write_text
+from tests.remote.conftest import Clock
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 
-pytestmark = pytest.mark.skipif(REDIS is None, reason=SKIP_REASON)
+pytestmark = [pytest.mark.redis, pytest.mark.skipif(REDIS is None, reason=SKIP_REASON)]
 
 
 def settings(store: Path, url: str) -> Settings:
@@ -46,9 +45,8 @@ def kill_after_first(tier: Any, name: str, server: RedisProc) -> None:
 
 
 def test_redis_killed_mid_ingest_then_mid_ask(
-    tmp_path: Path, ctx: Context, redis_server: RedisProc, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, ctx: Context, redis_server: RedisProc, tier_clock: Clock
 ) -> None:
-    monkeypatch.setattr(remote_tier, "RETRY", 0.3)
     url = redis_server.url
     book = write_text(tmp_path / "book.txt", 2400, NEEDLE)
     with Library(settings(tmp_path / "a", url), ctx) as lib:
@@ -61,7 +59,7 @@ def test_redis_killed_mid_ingest_then_mid_ask(
             shared.publish(lib, doc)
         del lib.remote.tier.put  # (no more kills)
         redis_server.start()  # back, empty: the tier reconnects by itself
-        time.sleep(0.35)
+        tier_clock.retry_passes()
         done = shared.publish(lib, doc)
         assert done.uploaded == doc.chunks and not done.missing
         assert snapshot(lib.disk)["tiers"]["remote"]["errors"] >= 1

@@ -14,7 +14,11 @@ from tests.paging.helpers import NEEDLE, write_text
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 from tests.server.helpers import MODEL, Server, make_home
 
-pytestmark = pytest.mark.skipif(REDIS is None, reason=SKIP_REASON)
+pytestmark = [
+    pytest.mark.subprocess,
+    pytest.mark.redis,
+    pytest.mark.skipif(REDIS is None, reason=SKIP_REASON),
+]
 
 QUESTION = "What is the pass key?"
 
