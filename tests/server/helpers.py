@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from tests.paging.helpers import env_for
+from tests.wait import until
 
 MODEL = "smollm2-135m"
 KEY = "test-key-7f3a"
@@ -112,11 +113,12 @@ class Server:
 
     def wait_log(self, fragment: str, count: int, timeout: float = 60) -> None:
         """Wait until `fragment` is in the server's stderr `count` times (a --debug server)."""
-        deadline = time.monotonic() + timeout
-        while self.logged(fragment) < count:
-            assert time.monotonic() < deadline, (fragment, count, self.stderr()[-2000:])
+
+        def logged() -> bool:
             assert self.proc.poll() is None, self.stderr()[-2000:]
-            time.sleep(0.02)
+            return self.logged(fragment) >= count
+
+        until(logged, timeout, lambda: f"{fragment!r} x{count} in {self.stderr()[-2000:]!r}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         """Signal the server and wait for it; its exit status."""

@@ -22,9 +22,13 @@ import pytest
 from tests.server.helpers import MODEL, Server, make_home
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.subprocess,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
+    ),
+]
 
 PAGE = """<!doctype html><html><body><pre id="out">pending</pre><script>
 function call(kind) {

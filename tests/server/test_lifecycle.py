@@ -7,7 +7,6 @@ import json
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,8 @@ import pytest
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli
 from tests.server.helpers import MODEL, SMALL, Server, assert_error, events, make_home
+
+pytestmark = pytest.mark.subprocess
 
 #: A conversation long enough to span several stored blocks of 128 tokens.
 HISTORY = [
@@ -52,11 +53,10 @@ def _stop_while_busy(server: Server) -> tuple[httpx.Response, httpx.Response]:
     threads.append(threading.Thread(target=call, args=("queued", short)))
     threads[1].start()
     server.wait_log("request queued", queued + 2)  # behind the stream, which still replies
-    started = time.monotonic()
     server.proc.send_signal(signal.SIGINT)
     for t in threads:
-        t.join(30)
-    assert time.monotonic() - started < 3  # well within the 3 s grace: nothing was cut off
+        t.join(60)
+    assert set(got) == {"streamed", "queued"}, f"not both answered: {got}"
     return got["streamed"], got["queued"]
 
 
@@ -125,6 +125,8 @@ def test_restart_reuses_the_stored_prompt_and_stops_cleanly(home: Path) -> None:
     assert all(c["choices"][0]["finish_reason"] is None for c in sent[:-1]), sent[-3:]
     assert_error(queued, 503)
     assert "Traceback" not in second.stderr()
+    # both were answered by the stop itself, not cut off when uvicorn's 3 s grace ran out
+    assert "graceful shutdown exceeded" not in second.stderr()
     stats = json.loads(cli(["stats", "--json"], home).stdout)["server"]
     # the cold and warm requests and the stopped stream; the dropped queued one never ran
     assert stats["requests"] == 3 and stats["cached_tokens"] > 0

@@ -13,6 +13,8 @@ import pytest
 from tests.engine.retemplate import THINK, retemplate
 from tests.server.helpers import KEY, Server, assert_error, make_home
 
+pytestmark = pytest.mark.subprocess
+
 CHAT = "/v1/chat/completions"
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from tests.server.helpers import KEY, MODEL, Server, assert_error, make_home
 
+pytestmark = pytest.mark.subprocess
+
 CHAT = "/v1/chat/completions"
 #: The server's --system (much longer than the built-in default).
 SYSTEM = "Answer every question in one single word and nothing else, whatever is asked."
