@@ -7,9 +7,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.wait import until
 
 #: redis-server, or None when not installed (the tests that need it are skipped, saying so).
 REDIS = shutil.which("redis-server")
@@ -51,14 +52,19 @@ class RedisProc:
             args += ["--maxmemory", self.maxmemory, "--maxmemory-policy", "allkeys-lru"]
         log = (self.root / "redis.log").open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        proc = self.proc
+
+        def answers() -> bool:
             try:
-                if self.client().ping():
-                    return
+                return bool(self.client().ping())
             except Exception:
-                time.sleep(0.05)
-        raise AssertionError(f"redis-server did not start: {(self.root / 'redis.log').read_text()}")
+                assert proc.poll() is None, f"redis-server exited: {self.log()}"
+                return False
+
+        until(answers, timeout=60, what=lambda: f"redis-server answering ({self.log()})")
+
+    def log(self) -> str:
+        return (self.root / "redis.log").read_text()
 
     def client(self) -> Any:
         import redis
