@@ -7,12 +7,14 @@ import threading
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from cascade_cli.errors import FingerprintMismatchError, StaleStoreError, StoreLockedError
 from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache, snapshot
+from cascade_cli.store import disk as disk_mod
 from cascade_cli.store.disk import FLUSH_EVERY
 from tests.wait import until
 
@@ -134,10 +136,27 @@ def test_budget_evicts_once_chunks_are_unpinned(tmp_path: Path) -> None:
 # ---- counters -------------------------------------------------------------------------------------
 
 
-def test_counters_reach_the_index_while_the_store_is_open(tmp_path: Path) -> None:
+class Skipping:
+    """The `time` module of cascade_cli.store.disk, whose monotonic clock the test moves on."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.skipped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_counters_reach_the_index_while_the_store_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Skipping()
+    monkeypatch.setattr(disk_mod, "time", clock)
     with DiskStore.open(tmp_path, "fp") as store:
         store.put(cm(0), b"x" * 100)
-        time.sleep(FLUSH_EVERY + 0.1)
+        clock.skipped += FLUSH_EVERY  # the merge period has passed for the store
         store.get("d:0")
         other = sqlite3.connect(tmp_path / "index.sqlite")
         try:
