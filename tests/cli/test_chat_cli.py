@@ -22,6 +22,9 @@ import pytest
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli, ingest
 from tests.paging.helpers import NEEDLE, env_for, query, write_text
+from tests.wait import until
+
+pytestmark = pytest.mark.subprocess
 
 SMALL = ["--gpu-cache-size", "1024", "--temperature", "0", "--max-tokens", "24"]
 
@@ -75,11 +78,12 @@ def test_sigkill_mid_reply_leaves_earlier_turns_and_no_half_turn(home: Path) -> 
     assert proc.stdin is not None
     proc.stdin.write("Write a very long story about a ship and its crew.\n")
     proc.stdin.flush()
-    deadline = time.monotonic() + 120
-    while (home / "killed.out").stat().st_size < 40:
+
+    def replying() -> bool:
         assert proc.poll() is None, (home / "killed.out").read_text()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+        return (home / "killed.out").stat().st_size >= 40
+
+    until(replying, what="40 bytes of the reply")
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     turns = sessions(home)["k"]["turns"]
@@ -212,15 +216,15 @@ def test_a_session_open_in_one_chat_is_refused_by_another(home: Path) -> None:
         try:
             proc.stdin.write("Say hello\n")
             proc.stdin.flush()
-            deadline = time.monotonic() + 300
-            held: set[str] = set()
-            while not held:  # its first turn is stored
+
+            def held(proc: subprocess.Popen[str] = proc, args: list[str] = args) -> set[str]:
+                """The session whose first turn is stored."""
                 assert proc.poll() is None, (home / "held.out").read_text()
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
                 stored = {n for n, s in sessions(home).items() if s["turns"] >= 1}
-                held = stored & {"mine"} if args else stored - {"mine"}
-            (name,) = held
+                return stored & {"mine"} if args else stored - {"mine"}
+
+            # (each look runs `cascade sessions`: not too often, the chat needs the cores)
+            (name,) = until(held, timeout=300, what="the chat's first turn stored", interval=0.5)
             second = chat(home, "Hi\n", "--session", name, *SMALL)
             assert_one_line_error(second, "is open in another `cascade chat`")
         finally:

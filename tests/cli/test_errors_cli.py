@@ -4,6 +4,8 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error, run_cli
 
+pytestmark = pytest.mark.subprocess
+
 
 def test_missing_model_file(home: Path) -> None:
     proc = run_cli(["chat", "--model", str(home / "nope.gguf")], home, stdin="hi\n")

@@ -35,8 +35,11 @@ from tests.paging.helpers import (
     passage_rows,
     popen_cli,
     query,
+    wait_for_chunks,
     write_text,
 )
+
+pytestmark = pytest.mark.subprocess
 
 # ---- 1. ingest → ask --------------------------------------------------------------------------
 
@@ -298,10 +301,7 @@ def test_second_ingest_waits_then_fails_naming_pid(home: Path, tmp_path: Path) -
     other = write_text(tmp_path / "other.txt", 2000)
     first = popen_cli(["ingest", str(big), "--name", "big", *SMALL], home)
     try:
-        deadline = time.monotonic() + 120
-        while committed_chunks(home) < 1:
-            assert first.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_chunks(first, home, 1)
         t0 = time.monotonic()
         second = cli(["ingest", str(other), "--name", "other", *SMALL], home)
         waited = time.monotonic() - t0

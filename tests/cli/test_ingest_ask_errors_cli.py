@@ -27,6 +27,8 @@ from tests.paging.helpers import (
     write_text,
 )
 
+pytestmark = pytest.mark.subprocess
+
 # ---- 8. bad input -----------------------------------------------------------------------------
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cascade_cli.registry import DEFAULT_EMBED, registry
 from tests.cli.helpers import assert_one_line_error, run_cli
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_models_list_is_one_line_per_model(tmp_path: Path) -> None:

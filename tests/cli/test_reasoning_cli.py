@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import ask_json, cli, ingest
 from tests.engine.retemplate import THINK, retemplate
 from tests.paging.helpers import write_text
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_think_off_answers_at_once_and_on_reports_reasoning(

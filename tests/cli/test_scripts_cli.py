@@ -17,6 +17,8 @@ from tests.recall.scripts_text import (
     document,
 )
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.mark.parametrize(
     ("paragraphs", "question", "key"),

@@ -7,9 +7,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, ingest
 from tests.paging.helpers import chunk_rows, doc_id, write_text
+
+pytestmark = pytest.mark.subprocess
 
 
 def verify(home: Path, *args: str) -> tuple[int, dict[str, Any]]:

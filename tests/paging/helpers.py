@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from cascade_cli.samples import PERSUASION
+from tests.wait import until
 
 #: The checkout these tests belong to: subprocesses import cascade_cli from it, whatever their cwd.
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,13 +97,21 @@ def committed_chunks(home: Path) -> int:
         return 0
 
 
+def wait_for_chunks(proc: subprocess.Popen[str], home: Path, n: int, timeout: float = 120) -> int:
+    """Wait until `n` document chunks are committed while `proc`, their writer, still runs;
+    how many there were then."""
+
+    def committed() -> int:
+        assert proc.poll() is None, f"the ingest ended before {n} chunks were committed"
+        count = committed_chunks(home)
+        return count if count >= n else 0
+
+    return until(committed, timeout, f"{n} committed chunks")
+
+
 def kill_after_chunks(proc: subprocess.Popen[str], home: Path, n: int, timeout: float = 120) -> int:
     """SIGKILL `proc` once `n` chunks are committed; returns how many there were then."""
-    deadline = time.monotonic() + timeout
-    while committed_chunks(home) < n:
-        assert proc.poll() is None, "the ingest ended before it could be killed"
-        assert time.monotonic() < deadline, "no chunks were committed in time"
-        time.sleep(0.02)
+    wait_for_chunks(proc, home, n, timeout)
     proc.kill()
     proc.wait(30)
     assert proc.returncode == -9
