@@ -6,8 +6,9 @@ file of theirs is read (pypdfium2 only in the PDF reader's child process).
 """
 
 from cascade_cli.documents.base import CHAPTER, HEADING, PAGE, Extracted, Limits, Mark
-from cascade_cli.documents.formats import extract, read_text
+from cascade_cli.documents.formats import extract
 from cascade_cli.documents.locate import Location, where
+from cascade_cli.documents.reading import read_text
 
 __all__ = [
     "CHAPTER",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade_cli.documents.base import HEADING, Builder, Extracted, Limits
-from cascade_cli.documents.formats import decode, read_bytes
+from cascade_cli.documents.reading import decode, read_bytes
 from cascade_cli.errors import InputError
 
 SKIP = {
