@@ -19,7 +19,8 @@ from cascade_cli.cli import options as opt
 from cascade_cli.cli.interrupt import Deferred
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
-from cascade_cli.errors import InputError, StoreError, check_name
+from cascade_cli.documents import Extracted, extract
+from cascade_cli.errors import CascadeError, InputError, StoreError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.ingest import IngestStatus, ingest
 from cascade_cli.paging.library import Library
@@ -65,12 +66,16 @@ class _LazyBar:
 
 
 def ingest_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Text or Markdown files to ingest.")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Files to ingest: PDF, EPUB, HTML, Markdown, plain text or code."),
+    ],
     name: Annotated[
         str | None, typer.Option("--name", help="Name to store the document under (one file).")
     ] = None,
     encoding: Annotated[
-        str, typer.Option("--encoding", help="Text encoding of the files.")
+        str,
+        typer.Option("--encoding", help="Text encoding of text files (and of undeclared HTML)."),
     ] = "utf-8",
     block_size: opt.BlockSize = None,
     compression: opt.Compression = None,
@@ -85,13 +90,17 @@ def ingest_cmd(
     embed_model: opt.EmbedModel = None,
     remote: opt.Remote = None,
 ) -> None:
-    """Ingest text files into the store, ready to ask and chat about.
+    """Ingest files into the store, ready to ask and chat about.
 
-    Stores each file's KV chunks and indexes and embeds its passages for recall;
-    the document is named after the file unless --name is given. An interrupted
-    ingest resumes when run again. With --remote, its chunks are also published.
+    Reads PDF (its text layer, page by page), EPUB (chapters in reading order),
+    HTML (the main text), Markdown, plain text and source code, and keeps where
+    each part came from (page, chapter, heading, lines). Stores each file's KV
+    chunks and indexes and embeds its passages for recall; the document is named
+    after the file unless --name is given. An interrupted ingest resumes when run
+    again. With --remote, its chunks are also published. A file that cannot be
+    read is reported in one line and skipped; the others are still ingested.
 
-    Example: cascade ingest cascade_cli/samples/persuasion.txt
+    Example: cascade ingest book.epub manual.pdf
 
     See docs/commands.md."""
     if name is not None and not name.strip():
@@ -104,6 +113,7 @@ def ingest_cmd(
         if not f.is_file():
             raise InputError(f"{f} is not a readable file", "Check the path.")
         check_name(name or f.stem, "document", "--name notes")
+    sources, failed = _extract_all(files, encoding)
     cfg = settings(
         opt.flags(
             block_size=block_size,
@@ -129,9 +139,11 @@ def ingest_cmd(
         if lib.disk.repair_report.repaired:
             repaired = shown(lib.disk.repair_report.summary())
             err.print(f"[yellow]store repaired:[/yellow] {repaired}")
-        for path in files:
+        for path, source in sources:
             stop.check()
             doc_name = name or path.stem
+            for note in source.notes:
+                err.print(f"[dim]{shown(path)}: {shown(note)}[/dim]")
             with _LazyBar(doc_name, cfg.block_size, stop) as update:
                 doc = ingest(
                     ctx,
@@ -142,6 +154,7 @@ def ingest_cmd(
                     update,
                     named=name is not None,
                     notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
+                    source=source,
                 )
             out.print(
                 f"ingested [bold]{shown(doc.name)}[/bold] v{doc.version}: {doc.tokens} tokens, "
@@ -158,3 +171,27 @@ def ingest_cmd(
                     f"published [bold]{shown(doc.name)}[/bold] to {shown(lib.remote.tier.url)}: "
                     f"{done.chunks} chunks ({done.uploaded} uploaded now)"
                 )
+    if failed is not None:  # the files that could be read are in; the exit says one was not
+        raise typer.Exit(failed.exit_code)
+
+
+def _extract_all(
+    files: list[Path], encoding: str
+) -> tuple[list[tuple[Path, Extracted]], CascadeError | None]:
+    """Every file read into text before the model loads. With one file its error is raised;
+    with several, each unreadable one is reported in one line and left out (the first error
+    is returned), and an error is raised only when none could be read."""
+    sources: list[tuple[Path, Extracted]] = []
+    failed: CascadeError | None = None
+    for f in files:
+        try:
+            sources.append((f, extract(f, encoding)))
+        except CascadeError as exc:
+            if len(files) == 1:
+                raise
+            err.print(f"[red]error:[/red] {shown(exc.one_line())}", soft_wrap=True)
+            failed = failed or exc
+    if not sources:
+        assert failed is not None
+        raise typer.Exit(failed.exit_code)
+    return sources, failed

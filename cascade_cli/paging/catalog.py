@@ -61,7 +61,23 @@ def m004_passages(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE IF EXISTS chunk_keys")
 
 
-register_migrations("docs", [m001_documents, m002_chunk_text, m003_chunk_keys, m004_passages])
+def m005_locations(conn: sqlite3.Connection) -> None:
+    """Each version's location map (paging.locations): its format and line starts, and the
+    marks where its pages, chapters and headings begin. Versions from before have none."""
+    conn.execute(
+        "CREATE TABLE document_sources (doc_id INTEGER PRIMARY KEY, format TEXT NOT NULL,"
+        " chars INTEGER NOT NULL, line_starts BLOB)"
+    )
+    conn.execute(
+        "CREATE TABLE document_marks (doc_id INTEGER NOT NULL, seq INTEGER NOT NULL,"
+        " start INTEGER NOT NULL, kind TEXT NOT NULL, label TEXT NOT NULL,"
+        " level INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (doc_id, seq)) WITHOUT ROWID"
+    )
+
+
+register_migrations(
+    "docs", [m001_documents, m002_chunk_text, m003_chunk_keys, m004_passages, m005_locations]
+)
 
 
 @dataclass(frozen=True)
@@ -163,6 +179,8 @@ def sweep(disk: DiskStore) -> int:
             ).fetchall()
         ]
         known = {f"doc:{i}" for (i,) in conn.execute("SELECT id FROM documents")}
+        for table in ("document_marks", "document_sources"):  # location maps of removed rows
+            conn.execute(f"DELETE FROM {table} WHERE doc_id NOT IN (SELECT id FROM documents)")
         for (owner,) in conn.execute("SELECT owner FROM recall_corpora").fetchall():
             if owner.startswith("doc:") and owner not in known:
                 recall_index.forget(conn, owner)
@@ -223,4 +241,6 @@ def finish(conn: sqlite3.Connection, doc: Document) -> None:
 def forget(conn: sqlite3.Connection, doc: Document) -> None:
     """Remove a version's catalog and recall rows (its chunks are deleted through the store)."""
     recall_index.forget(conn, doc.owner)
+    conn.execute("DELETE FROM document_marks WHERE doc_id = ?", (doc.id,))
+    conn.execute("DELETE FROM document_sources WHERE doc_id = ?", (doc.id,))
     conn.execute("DELETE FROM documents WHERE id = ?", (doc.id,))

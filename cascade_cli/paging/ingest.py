@@ -12,15 +12,15 @@ chunks; the window is rebuilt by restoring the last chunks from the store, then 
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cascade_cli.documents import Extracted, extract
 from cascade_cli.engine import Context
 from cascade_cli.errors import InputError
-from cascade_cli.paging import catalog
+from cascade_cli.paging import catalog, locations
 from cascade_cli.paging.ask import Notice, ensure_indexed, quiet
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
@@ -45,36 +45,6 @@ class IngestStatus:
 
 
 Progress = Callable[[IngestStatus], None]
-
-
-def read_text(path: Path, encoding: str = "utf-8") -> tuple[str, str]:
-    """The file's text and the sha256 of its bytes; binary or wrongly-encoded files raise
-    InputError with the fix."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path} does not exist", "Check the file name.") from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory", "Pass a text file.") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None
-    if b"\x00" in data:
-        raise InputError(
-            f"{path} looks like a binary file (it contains NUL bytes)",
-            "Pass plain text or Markdown.",
-        )
-    try:
-        text = data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{path} is not valid {encoding} (byte {exc.start})",
-            "Pass --encoding with the file's encoding, e.g. --encoding latin-1.",
-        ) from None
-    except LookupError:
-        raise InputError(f"unknown encoding {encoding!r}", "Use e.g. utf-8 or latin-1.") from None
-    if not text.strip():
-        raise InputError(f"{path} is empty", "Pass a file with some text.")
-    return text, hashlib.sha256(data).hexdigest()
 
 
 def pieces(text: str) -> Iterator[tuple[int, str]]:
@@ -168,10 +138,15 @@ def ingest(
     progress: Progress,
     named: bool = True,
     notice: Notice = quiet,
+    source: Extracted | None = None,
 ) -> catalog.Document:
-    """Ingest one file (resuming if possible); older versions are dropped only after success."""
+    """Ingest one file (resuming if possible); older versions are dropped only after success.
+
+    The file is read by documents.extract (PDF, EPUB, HTML, Markdown, text, code) unless its
+    extracted `source` is given; its location map is stored with the version."""
     cfg = lib.settings
-    text, sha = read_text(path, encoding)
+    source = source or extract(path, encoding)
+    text, sha = source.text, source.sha256
     fr = frame(ctx.model)
     limit = cfg.gpu_cache_size
     if len(fr.prefix) + cfg.block_size > limit:
@@ -181,6 +156,9 @@ def ingest(
         )
     catalog.sweep(lib.disk)
     doc, finished = start_version(lib, path, sha, name, limit, len(fr.prefix), named)
+    with lib.disk.transaction() as conn:  # a version from before location maps gets one
+        if not finished or not locations.has_map(conn, doc.id):
+            locations.save(conn, doc.id, source)
     if finished:  # nothing to decode; a store from before passage recall gets its passages
         ensure_indexed(ctx, lib, doc, notice)
         return doc

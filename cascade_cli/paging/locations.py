@@ -1,0 +1,116 @@
+"""Documents' location maps in the store's index (tables made by catalog.m005_locations), and
+the look-up that citations use: where in its source a span or a chunk of a document is.
+
+A map's offsets are characters of the extracted text, which is what ingest tokenizes; a chunk's
+span is read from its recall passages (their offsets are in the same text).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from array import array
+
+from cascade_cli.documents import Extracted, Location, Mark, where
+from cascade_cli.paging.catalog import Document
+from cascade_cli.recall import index as recall_index
+
+
+def save(conn: sqlite3.Connection, doc_id: int, source: Extracted) -> None:
+    """Store (or replace) a version's location map. Caller commits."""
+    conn.execute("DELETE FROM document_marks WHERE doc_id = ?", (doc_id,))
+    starts = source.line_starts()
+    blob = _blob(starts) if starts else None
+    conn.execute(
+        "INSERT OR REPLACE INTO document_sources (doc_id, format, chars, line_starts)"
+        " VALUES (?, ?, ?, ?)",
+        (doc_id, source.format, len(source.text), blob),
+    )
+    conn.executemany(
+        "INSERT INTO document_marks (doc_id, seq, start, kind, label, level)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [(doc_id, i, m.start, m.kind, m.label, m.level) for i, m in enumerate(source.marks)],
+    )
+
+
+def has_map(conn: sqlite3.Connection, doc_id: int) -> bool:
+    """Whether the version has a location map (versions ingested before it was kept do not)."""
+    try:
+        row = conn.execute("SELECT 1 FROM document_sources WHERE doc_id = ?", (doc_id,))
+        return row.fetchone() is not None
+    except sqlite3.OperationalError:  # a store whose docs tables predate the map
+        return False
+
+
+def source_format(conn: sqlite3.Connection, doc_id: int) -> str | None:
+    """ "pdf", "epub", "html", "markdown", "text" or "code"; None without a map."""
+    try:
+        row = conn.execute("SELECT format FROM document_sources WHERE doc_id = ?", (doc_id,))
+        found = row.fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return str(found[0]) if found else None
+
+
+def load(conn: sqlite3.Connection, doc_id: int) -> tuple[list[Mark], list[int]]:
+    """A version's marks (by start) and line starts; both empty without a map."""
+    try:
+        src = conn.execute(
+            "SELECT line_starts FROM document_sources WHERE doc_id = ?", (doc_id,)
+        ).fetchone()
+        rows = conn.execute(
+            "SELECT start, kind, label, level FROM document_marks WHERE doc_id = ? ORDER BY seq",
+            (doc_id,),
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return [], []
+    marks = sorted((Mark(int(s), str(k), str(lb), int(lv)) for s, k, lb, lv in rows),
+                   key=lambda m: m.start)  # fmt: skip
+    return marks, _lines(src[0] if src else None)
+
+
+def _blob(starts: list[int]) -> bytes:
+    """Line starts as little-endian unsigned 64-bit integers."""
+    out = array("Q", starts)
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out.tobytes()
+
+
+def _lines(blob: bytes | None) -> list[int]:
+    if not blob:
+        return []
+    out = array("Q")
+    out.frombytes(blob)
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out.tolist()
+
+
+def locate(conn: sqlite3.Connection, doc: Document, start: int, end: int) -> list[Location]:
+    """Where the characters [start, end) of `doc`'s text are in its source: pages, chapter,
+    headings, lines (documents.where). Empty for a version without a map."""
+    marks, lines = load(conn, doc.id)
+    if not marks and not lines:
+        return []
+    return where(marks, lines, start, end)
+
+
+def chunk_span(conn: sqlite3.Connection, doc: Document, idx: int) -> tuple[int, int] | None:
+    """The characters of `doc`'s text that chunk `idx` holds (from its recall passages; None
+    for a chunk with no passages, e.g. whitespace only)."""
+    cid = recall_index.corpus_id(conn, doc.owner)
+    if cid is None:
+        return None
+    row = conn.execute(
+        "SELECT MIN(start), MAX(start + length(text)) FROM recall_passages"
+        " WHERE corpus = ? AND chunk = ?",
+        (cid, idx),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row and row[0] is not None else None
+
+
+def locate_chunk(conn: sqlite3.Connection, doc: Document, idx: int) -> list[Location]:
+    """Where chunk `idx` of `doc` is in its source (empty when unknown)."""
+    span = chunk_span(conn, doc, idx)
+    return locate(conn, doc, *span) if span else []
