@@ -15,6 +15,20 @@ if [ -n "$need" ]; then
   $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q $need >/dev/null \
     || echo "could not install$need: the tests that need it are skipped" >&2
 fi
+# Document tools for tests/documents and tests/cli/test_documents_cli.py, which make their PDFs
+# and EPUBs with pandoc and groff (gropdf), encrypt with qpdf and check pages with poppler's
+# pdftotext; installed without recommends (groff's would bring Ghostscript and ImageMagick).
+docs=""
+command -v pandoc >/dev/null 2>&1 || docs="$docs pandoc"
+command -v gropdf >/dev/null 2>&1 || docs="$docs groff"
+command -v qpdf >/dev/null 2>&1 || docs="$docs qpdf"
+command -v pdftotext >/dev/null 2>&1 || docs="$docs poppler-utils"
+if [ -n "$docs" ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  $SUDO apt-get update -q >/dev/null \
+    && $SUDO apt-get install -y -q --no-install-recommends $docs >/dev/null \
+    || echo "could not install$docs: the tests that need them are skipped" >&2
+fi
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
