@@ -29,6 +29,7 @@ def _chapters(ex) -> list[str]:
     return [m.label for m in ex.marks if m.kind == CHAPTER]
 
 
+@pytest.mark.subprocess  # pandoc
 def test_pandoc_epub_chapters_in_reading_order(tmp_path: Path) -> None:
     parts = [austen(1500, start) for start in (3000, 9000, 15000)]
     md = "".join(

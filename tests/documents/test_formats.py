@@ -65,6 +65,7 @@ def test_source_code_is_cited_by_lines_without_headings(tmp_path: Path) -> None:
     assert [str(x) for x in where(ex.marks, ex.line_starts(), at, at + 30)] == ["lines 31–32"]
 
 
+@pytest.mark.subprocess  # the PDF reader's child process
 def test_sniffing_by_content_beats_the_name(tmp_path: Path) -> None:
     (tmp_path / "manual.txt").write_bytes(pdf_pages(["Hidden PDF"]))
     assert extract(tmp_path / "manual.txt").format == "pdf"
