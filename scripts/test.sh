@@ -1,7 +1,22 @@
 #!/usr/bin/env bash
 # Install cascade and its dev tools into .venv, pull the default model, then lint, type-check, test.
+#   ./scripts/test.sh [PYTEST ARGS]          the whole suite (arguments go to pytest)
+#   ./scripts/test.sh --quick [PYTEST ARGS]  the same steps, then only the tests that start no
+#                                            process, redis-server or browser and are not slow
+#                                            (pyproject.toml's markers), and not the in-process
+#                                            ingest/ask/chat suites: under 5 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
+QUICK="not slow and not browser and not redis and not subprocess"
+# whole ingests, asks and conversations on the real model, in process (another 5½ minutes on
+# 2 cores): the full run has them; the engine, kv, store and recall tests still load the
+# default model in the quick one
+QUICK_SKIP=(--ignore=tests/paging --ignore=tests/session --ignore=tests/prompts)
+quick=""
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
 # Portable CPU build of llama.cpp (the native build crashes in ggml's AMX kernels on some Xeons).
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF}"
 # System packages the tests drive for real, installed where missing (Debian's packages):
@@ -41,4 +56,8 @@ CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/pytest "$@"
+if [ -n "$quick" ]; then
+  .venv/bin/pytest -m "$QUICK" "${QUICK_SKIP[@]}" "$@"
+else
+  .venv/bin/pytest "$@"
+fi

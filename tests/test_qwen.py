@@ -24,6 +24,8 @@ from tests.paging.helpers import NEEDLE, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 
+pytestmark = pytest.mark.subprocess
+
 NAME = "qwen2.5-coder-0.5b"
 QWEN = ["--model", NAME]
 WINDOW = ["--gpu-cache-size", "512", "--block-size", "128"]
@@ -68,6 +70,7 @@ def ingested(qhome: Path) -> Iterator[Path]:
     yield qhome
 
 
+@pytest.mark.slow
 def test_ingest_and_ask_restore_the_chunks_from_the_store(ingested: Path) -> None:
     home = ingested
     docs = json.loads(cli(["docs", "--json"], home).stdout)["documents"]

@@ -64,6 +64,7 @@ def test_state_round_trip_is_exact(rhome: tuple[Path, Path]) -> None:
         assert np.array_equal(ctx.decode(toks[-1:], len(toks) - 1, 0, logits="last"), want)
 
 
+@pytest.mark.subprocess
 def test_ingest_ask_verify_page_recalled_text_in_by_prefill(rhome: tuple[Path, Path]) -> None:
     home, model = rhome
     text = write_text(home / "book.txt", 8000, NEEDLE)
@@ -94,6 +95,7 @@ def test_ingest_ask_verify_page_recalled_text_in_by_prefill(rhome: tuple[Path, P
     assert json.loads(_ok(cli(["verify", "--json"], home)).stdout)["clean"] is True
 
 
+@pytest.mark.subprocess
 def test_chat_resumes_from_a_snapshot_and_decodes_only_the_new_message(
     rhome: tuple[Path, Path],
 ) -> None:
@@ -107,6 +109,7 @@ def test_chat_resumes_from_a_snapshot_and_decodes_only_the_new_message(
     assert decoded and int(decoded.group(1)) < 16, again.stdout  # "Thanks!" and its frame
 
 
+@pytest.mark.subprocess
 def test_a_conversation_longer_than_the_window_recalls_by_prefill(
     rhome: tuple[Path, Path],
 ) -> None:
@@ -135,6 +138,7 @@ def _owners(home: Path) -> list[str]:
         conn.close()
 
 
+@pytest.mark.subprocess
 def test_serve_reuses_a_prompt_before_and_after_a_restart(rhome: tuple[Path, Path]) -> None:
     home, model = rhome
     body = {"model": str(model), "messages": HISTORY, "max_tokens": 4, "temperature": 0}

@@ -19,6 +19,8 @@ from tests.paging.helpers import NEEDLE, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 
+pytestmark = pytest.mark.subprocess
+
 GEMMA = ["--model", "gemma3-270m"]
 WINDOW = ["--gpu-cache-size", "512", "--block-size", "128"]
 
@@ -47,6 +49,7 @@ def ingested(ghome: Path) -> Iterator[Path]:
     yield ghome
 
 
+@pytest.mark.slow
 def test_ingest_ask_and_verify_on_a_sliding_window_model(ingested: Path) -> None:
     home = ingested
     docs = json.loads(cli(["docs", "--json"], home).stdout)["documents"]

@@ -90,6 +90,7 @@ def test_hostile_cases_leave_the_document_askable(store_home: Path) -> None:
     assert cli(["verify"], store_home).returncode == 0
 
 
+@pytest.mark.slow
 def test_names_with_spaces_slashes_and_dots(home: Path, tmp_path: Path) -> None:
     odd = tmp_path / "a dir with spaces"
     odd.mkdir()
@@ -106,6 +107,7 @@ def test_names_with_spaces_slashes_and_dots(home: Path, tmp_path: Path) -> None:
     assert cli(["verify"], home).returncode == 0
 
 
+@pytest.mark.slow
 def test_file_changing_during_ingest(home: Path, tmp_path: Path) -> None:
     """The file is read once: the version stored is the text as it was when the ingest began;
     running ingest again stores the changed file as the next version."""

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,7 @@ def test_ask_by_relative_path(home: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("block", [128, 256])  # 256: the window holds no previous chunk
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_clean_ingest(
     home: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, block: int
 ) -> None:
@@ -189,6 +191,7 @@ def test_corrupt_chunk_is_recomputed_not_served(home: Path, tmp_path: Path) -> N
 # ---- 6. rm ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rm_frees_space_and_unlists(home: Path, tmp_path: Path) -> None:
     ingest(home, write_text(tmp_path / "a.txt", 3000), "a")
     ingest(home, write_text(tmp_path / "b.txt", 3000, start=9000), "b")
@@ -226,6 +229,7 @@ def test_rm_without_store_is_one_line_error(home: Path) -> None:
 # ---- 7. versions ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_reingest_versions(home: Path, tmp_path: Path) -> None:
     src = write_text(tmp_path / "doc.txt", 3000)
     ingest(home, src, "d")
@@ -340,6 +344,32 @@ def test_ask_finds_needle(home: Path, tmp_path: Path) -> None:
     assert [c["index"] for c in alone["chunks"]] == [needle_idx]
 
 
+def test_ask_cites_the_lines_its_chunks_and_quote_come_from(home: Path, tmp_path: Path) -> None:
+    src = write_text(tmp_path / "cite.txt", 6000, needle=NEEDLE)
+    ingest(home, src, "cite")
+    data = ask_json(home, "cite", "What is the pass key?", "--max-tokens", "24")
+    lines = src.read_text(encoding="utf-8").splitlines()
+
+    def cited_text(source: dict[str, Any]) -> str:
+        first, last = source["lines"]
+        assert 1 <= first <= last <= len(lines), source
+        return " ".join(" ".join(lines[first - 1 : last]).split())
+
+    assert data["sources"], data
+    assert {i for s in data["sources"] for i in s["chunks"]} == {c["index"] for c in data["chunks"]}
+    for s in data["sources"]:
+        assert (s["doc"], s["page"], s["section"]) == ("cite", None, None)
+        assert s["path"] == str(src.resolve())
+    needle_line = next(n for n, line in enumerate(lines, 1) if "48213" in line)
+    assert any(s["lines"][0] <= needle_line <= s["lines"][1] for s in data["sources"])
+    quoted = [cited_text(s) for s in data["sources"] if s["quoted"]]
+    assert len(quoted) == (1 if data["passages"] else 0)
+    for passage in data["passages"]:  # the quote, its cut ends marked with …
+        for part in passage.split("…"):
+            part = " ".join(part.split())
+            assert not part or part in quoted[0], (part, quoted[0])
+
+
 # ---- 11. stores from before passage recall ------------------------------------------------------
 
 
@@ -361,6 +391,7 @@ def _drop_recall_rows(home: Path, owner: str, vectors_only: bool = False) -> Non
         conn.close()
 
 
+@pytest.mark.slow
 def test_old_store_gets_passages_on_first_ask_or_reingest(home: Path, tmp_path: Path) -> None:
     src = write_text(tmp_path / "n.txt", 6000, needle=NEEDLE)
     ingest(home, src, "n")

@@ -130,6 +130,7 @@ def test_llama_cpp_upgrade_asks_for_a_rebuild(home: Path) -> None:
     assert proc.returncode == 5 and "Rebuild it" in proc.stderr
 
 
+@pytest.mark.slow
 def test_lost_chunk_files_are_recomputed_or_named(home: Path) -> None:
     """Data files deleted behind the store's back. While their rows remain, `ask` recomputes the
     chunks it needs (in their own context) and answers. Once a writer's repair has dropped the

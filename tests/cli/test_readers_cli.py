@@ -13,6 +13,7 @@ from tests.wait import until
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_ask_and_stats_beside_a_running_ingest(home: Path, tmp_path: Path) -> None:
     ingest(home, write_text(tmp_path / "x.txt", 3000), "x")
     written0 = stats_json(home)["tiers"]["disk"]["bytes_written"]

@@ -26,6 +26,7 @@ def kinds(report: dict[str, Any]) -> list[str]:
     return sorted(f["kind"] for f in report["damaged"])
 
 
+@pytest.mark.slow
 def test_verify_finds_and_repairs_damage(home: Path, tmp_path: Path) -> None:
     ingest(home, write_text(tmp_path / "v.txt", 5000), "v")
     rc, clean = verify(home)

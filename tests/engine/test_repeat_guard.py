@@ -92,6 +92,7 @@ def test_a_pass_key_with_repeated_digits_survives(ctx: Context, key: str) -> Non
         assert key in text, (guard, text)
 
 
+@pytest.mark.subprocess
 def test_flags_are_documented_and_checked(tmp_path: Path) -> None:
     for cmd in ("ask", "chat", "serve"):
         proc = run_cli([cmd, "--help"], tmp_path)

@@ -17,6 +17,8 @@ import pytest
 from tests.faults.helpers import LEFTOVERS, ask_args, new_doc, rows_of, run, settle
 from tests.paging.helpers import chunk_rows, query, write_text
 
+pytestmark = pytest.mark.subprocess
+
 
 def second_version(home: Path) -> list[str]:
     args = new_doc(home)

@@ -18,6 +18,8 @@ from tests.cli.ingest_helpers import assert_error_last
 from tests.faults.helpers import LEFTOVERS, ask_args, new_doc, run, settle
 from tests.paging.helpers import data_bytes, doc_rows
 
+pytestmark = pytest.mark.subprocess
+
 #: Bytes any file may grow to: below one chunk's payload and the index's next WAL frames.
 FSIZE = 96 * 1024
 

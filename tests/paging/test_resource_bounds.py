@@ -7,6 +7,8 @@ import os
 import resource
 from pathlib import Path
 
+import pytest
+
 from cascade_cli.engine import Context
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
@@ -33,6 +35,7 @@ def open_fds() -> int:
     raise RuntimeError("cannot list open file descriptors here")
 
 
+@pytest.mark.slow
 def test_hundred_asks_keep_memory_and_descriptors_flat(
     ctx: Context, lib: Library, tmp_path: Path
 ) -> None:

@@ -216,6 +216,7 @@ def _long_history(turns: int = 36) -> list[dict[str, str]]:
     return messages
 
 
+@pytest.mark.slow
 def test_beside_a_chat_writer_usage_stays_honest_and_a_session_opens_once(
     server: Server,
 ) -> None:

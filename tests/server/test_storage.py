@@ -46,6 +46,7 @@ def _by_kind(home: Path) -> dict[str, int]:
     return kinds
 
 
+@pytest.mark.slow
 def test_conversations_are_a_cache_that_never_evicts_documents(
     tmp_path: Path, model_path: Path, embed_model_path: Path
 ) -> None:

@@ -98,6 +98,7 @@ def test_resume_restores_the_window_and_decodes_only_the_new_message(
     assert kl(prefilled[None], restored[None]) < 0.02  # q4 disk tier vs exact prefill
 
 
+@pytest.mark.slow
 def test_overflow_pages_out_and_recalls_turn_one(home: Path, ctx: Context) -> None:
     notes: list[str] = []
     with _lib(home, ctx) as lib:
@@ -177,6 +178,7 @@ def test_damaged_chunk_is_recomputed_not_served(home: Path, ctx: Context) -> Non
         chat.close()
 
 
+@pytest.mark.slow
 def test_long_message_is_paged_through_and_recallable(home: Path, ctx: Context) -> None:
     notes: list[str] = []
     with _lib(home, ctx) as lib:
@@ -197,6 +199,7 @@ def test_long_message_is_paged_through_and_recallable(home: Path, ctx: Context) 
         chat.close()
 
 
+@pytest.mark.slow
 def test_paging_a_long_message_through_counts_no_window_hits(home: Path, ctx: Context) -> None:
     """The sliding window that stores a long message's blocks is a write, as ingest is: only
     the layout the reply is decoded in counts hits (before: the head page, once per block)."""
@@ -237,6 +240,7 @@ def test_window_tokens_match_stored_chunks(home: Path, ctx: Context) -> None:
         chat.close()
 
 
+@pytest.mark.slow
 def test_a_long_message_interrupted_in_its_last_prefill_leaves_no_block(
     home: Path, ctx: Context
 ) -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cascade_cli.engine import Model
 from cascade_cli.session.template import template
 from tests.cli.helpers import run_cli
 from tests.engine.retemplate import retemplate
+
+pytestmark = pytest.mark.subprocess
 
 MISTRAL_V7 = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}[SYSTEM_PROMPT] "
@@ -17,6 +21,7 @@ MISTRAL_V7 = (
 )
 
 
+@pytest.mark.slow
 def test_a_mistral_v7_template_pages_message_by_message(
     model_path: Path, home: Path, tmp_path: Path
 ) -> None:
