@@ -9,23 +9,23 @@ from typing import Any
 
 import llama_cpp as ll
 from llama_cpp import _logger  # noqa: F401  (installs llama.cpp's log callback)
-from llama_cpp import llama_cpp as _raw
 
 __all__ = ["ensure_backend", "init_dry", "init_penalties", "ll", "llama_version", "set_verbose"]
 
-#: llama.h: ``llama_sampler_init_penalties(int32_t penalty_last_n, float penalty_repeat,
-#: float penalty_freq, float penalty_present)``. The 0.3.36 binding still declares an extra
-#: leading int (a former n_vocab): five arguments to a four-parameter function, right on
-#: x86-64 System V only because ints and floats travel in separate registers. A prototype of
-#: our own (a fresh function object, so the binding's is left alone) passes exactly four.
-_penalties: Any = _raw._lib["llama_sampler_init_penalties"]
-_penalties.argtypes = [ctypes.c_int32, ctypes.c_float, ctypes.c_float, ctypes.c_float]
-_penalties.restype = ll.llama_sampler_init_penalties.restype
+#: llama.h as installed with 0.3.36's library: ``llama_sampler_init_penalties(int32_t n_vocab,
+#: int32_t penalty_last_n, float penalty_repeat, float penalty_freq, float penalty_present)``,
+#: which the binding declares too. (Upstream llama.cpp later dropped n_vocab; a call with four
+#: arguments to this library leaves penalty_last_n to whatever a register holds: a window of
+#: garbage, or none at all. tests/engine/test_special_tokens.py checks the prototype against
+#: the installed header.)
+_penalties: Any = ll.llama_sampler_init_penalties
 
 
-def init_penalties(last_n: int, repeat: float, freq: float = 0.0, present: float = 0.0) -> Any:
+def init_penalties(
+    last_n: int, repeat: float, freq: float = 0.0, present: float = 0.0, n_vocab: int = 0
+) -> Any:
     """A repeat/frequency/presence penalty sampler over the last ``last_n`` tokens."""
-    return _penalties(last_n, repeat, freq, present)
+    return _penalties(n_vocab, last_n, repeat, freq, present)
 
 
 def init_dry(

@@ -56,7 +56,9 @@ class Sampler:
                 raise EngineError("the DRY repetition guard needs the model's vocabulary")
             ll.llama_sampler_chain_add(chain, _dry(model))
         if settings.repeat_penalty != 1.0:
-            ll.llama_sampler_chain_add(chain, init_penalties(64, settings.repeat_penalty))
+            vocab = model.n_vocab if model is not None else 0
+            penalty = init_penalties(64, settings.repeat_penalty, n_vocab=vocab)
+            ll.llama_sampler_chain_add(chain, penalty)
         if settings.temperature <= 0:
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
         else:
