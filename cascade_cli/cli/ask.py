@@ -18,6 +18,7 @@ from cascade_cli.errors import InputError, NotFoundError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.locations import cited
 from cascade_cli.recall.select import QUOTES
 from cascade_cli.store.index import INDEX
 
@@ -157,6 +158,8 @@ def ask_cmd(
         out.print_json(json.dumps({"answer": data.pop("answer"), **data}))
     else:
         sys.stdout.write("\n")
+        if result.sources:
+            err.print("[dim]sources: " + shown(" · ".join(map(cited, result.sources))) + "[/dim]")
         t = result.timings
         n = len(result.chunks)
         fed = [c for c in result.chunks if c["tier"] == "prefill"]

@@ -11,7 +11,7 @@ from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import NotFoundError, StoreError
-from cascade_cli.paging import catalog
+from cascade_cli.paging import catalog, locations
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import ORDER, QUOTE, Quote, Request
 from cascade_cli.paging.plan import plan as layout
@@ -45,6 +45,8 @@ class AskResult:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     sink: dict[str, Any] = field(default_factory=dict)
     passages: list[str] = field(default_factory=list)
+    #: where the answer's chunks are in the source (paging.locations.sources)
+    sources: list[dict[str, Any]] = field(default_factory=list)
     #: the passages the rerank step scored: chunk, passage, score, quoted, text
     quotes: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -280,6 +282,8 @@ def ask(
         made = copied_quote(ctx, win, picked, placed, question, room)
         if made is not None:
             q, copy = made
+    quoted = [picked.chunk] if picked is not None else [x.chunk for x in quotes]
+    result.sources = locations.sources(lib.conn, doc, chosen, quoted if result.passages else [])
     if copy is not None:
         win.append_copying(q, *copy, logits="last")
     else:

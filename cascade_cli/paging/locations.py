@@ -10,8 +10,10 @@ from __future__ import annotations
 import sqlite3
 import sys
 from array import array
+from collections.abc import Iterable
+from typing import Any
 
-from cascade_cli.documents import Extracted, Location, Mark, where
+from cascade_cli.documents import CHAPTER, HEADING, PAGE, Extracted, Location, Mark, where
 from cascade_cli.paging.catalog import Document
 from cascade_cli.recall import index as recall_index
 
@@ -114,3 +116,54 @@ def locate_chunk(conn: sqlite3.Connection, doc: Document, idx: int) -> list[Loca
     """Where chunk `idx` of `doc` is in its source (empty when unknown)."""
     span = chunk_span(conn, doc, idx)
     return locate(conn, doc, *span) if span else []
+
+
+def sources(
+    conn: sqlite3.Connection, doc: Document, chunks: Iterable[int], quoted: Iterable[int] = ()
+) -> list[dict[str, Any]]:
+    """The places an answer was given, in document order: one entry per run of adjacent
+    chunks, as `{"doc", "path", "lines": [first, last] | None, "page": int | None,
+    "section": str | None, "quoted": bool, "chunks": [...]}`. A version without a location
+    map (ingested before maps were kept) cites its chunks with every location None."""
+    marked = set(quoted)
+    out: list[dict[str, Any]] = []
+    for idx in sorted(set(chunks)):
+        locs = locate_chunk(conn, doc, idx)
+        lines = [int(x) for loc in locs if loc.kind == "lines" for x in loc.label.split("-")]
+        pages = [int(loc.label) for loc in locs if loc.kind == PAGE and loc.label.isdigit()]
+        sections = [loc.label for loc in locs if loc.kind in (CHAPTER, HEADING)]
+        prev = out[-1] if out else None
+        if prev is not None and prev["chunks"][-1] == idx - 1:  # one run: widen it
+            if lines and prev["lines"]:
+                prev["lines"][1] = max(prev["lines"][1], lines[-1])
+            prev["quoted"] = prev["quoted"] or idx in marked
+            prev["chunks"].append(idx)
+            continue
+        out.append(
+            {
+                "doc": doc.name,
+                "path": doc.path,
+                "lines": [lines[0], lines[-1]] if lines else None,
+                "page": pages[0] if pages else None,
+                "section": sections[-1] if sections else None,
+                "quoted": idx in marked,
+                "chunks": [idx],
+            }
+        )
+    return out
+
+
+def cited(source: dict[str, Any]) -> str:
+    """One source as a person reads it: `persuasion.txt lines 120–160 (quoted)`."""
+    where_ = []
+    if source["page"] is not None:
+        where_.append(f"page {source['page']}")
+    if source["section"]:
+        where_.append(f"“{source['section']}”")
+    if source["lines"] and source["page"] is None:
+        first, last = source["lines"]
+        where_.append(f"line {first}" if first == last else f"lines {first}–{last}")
+    if not where_:
+        where_.append("chunk " + ", ".join(str(c) for c in source["chunks"]))
+    name = source["path"].rsplit("/", 1)[-1] or source["doc"]
+    return f"{name} {', '.join(where_)}" + (" (quoted)" if source["quoted"] else "")
