@@ -283,7 +283,6 @@ def ask(
         if made is not None:
             q, copy = made
     quoted = [picked.chunk] if picked is not None else [x.chunk for x in quotes]
-    result.sources = locations.sources(lib.conn, doc, chosen, quoted if result.passages else [])
     if copy is not None:
         win.append_copying(q, *copy, logits="last")
     else:
@@ -309,6 +308,8 @@ def ask(
     total = time.perf_counter() - t0
     gen_time = max(total - (first or total), 1e-9)
     result.answer = "".join(pieces)
+    # after the answer: where it came from costs nothing before the first token
+    result.sources = locations.sources(lib.conn, doc, chosen, quoted if result.passages else [])
     result.reasoning = "".join(thought).strip()
     result.timings = {
         "ttft_s": round(first or total, 4),

@@ -126,9 +126,11 @@ def sources(
     "section": str | None, "quoted": bool, "chunks": [...]}`. A version without a location
     map (ingested before maps were kept) cites its chunks with every location None."""
     marked = set(quoted)
+    marks, lines_at = load(conn, doc.id)  # the map once, not once per chunk
     out: list[dict[str, Any]] = []
     for idx in sorted(set(chunks)):
-        locs = locate_chunk(conn, doc, idx)
+        span = chunk_span(conn, doc, idx) if marks or lines_at else None
+        locs = where(marks, lines_at, *span) if span else []
         lines = [int(x) for loc in locs if loc.kind == "lines" for x in loc.label.split("-")]
         pages = [int(loc.label) for loc in locs if loc.kind == PAGE and loc.label.isdigit()]
         sections = [loc.label for loc in locs if loc.kind in (CHAPTER, HEADING)]
