@@ -57,7 +57,7 @@ class _LazyBar:
         assert self.task is not None
         rate = (s.tokens - s.resumed_from * self.block) / max(s.elapsed, 1e-9)
         info = f"{s.tokens} tok · {s.chunks} chunks · {rate:.0f} tok/s · "
-        info += f"{s.bytes_on_disk / 2**20:.1f} MiB"
+        info += f"{s.kv_bytes / 2**20:.1f} MiB KV"
         self.bar.update(self.task, total=s.chars_total, completed=s.chars_done, info=info)
 
     def __exit__(self, *exc: object) -> None:

@@ -39,7 +39,7 @@ class IngestStatus:
     chars_total: int
     tokens: int
     chunks: int
-    bytes_on_disk: int
+    kv_bytes: int  # the KV states made so far, before the store quantizes them
     resumed_from: int
     elapsed: float
 
