@@ -102,6 +102,7 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(pages / 2**30, 1),
         "gpu": _gpu(),
         "threads": os.environ.get("CASCADE_THREADS"),
+        "load_avg_1m": round(os.getloadavg()[0], 2),  # other work on the cores as it ended
         "python": platform.python_version(),
     }
 

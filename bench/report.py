@@ -89,7 +89,8 @@ def _machine(m: dict[str, Any]) -> str:
     cores = f"{m.get('usable_cores')} of {m.get('cores')} cores"
     threads = f", CASCADE_THREADS={m['threads']}" if m.get("threads") else ""
     gpu = f", GPU {m['gpu']}" if m.get("gpu") else ", no GPU"
-    return f"{m.get('cpu')}, {cores}{threads}{gpu}"
+    load = f", load average {m['load_avg_1m']}" if m.get("load_avg_1m") is not None else ""
+    return f"{m.get('cpu')}, {cores}{threads}{gpu}{load}"
 
 
 def _provenance(r: dict[str, Any]) -> list[str]:
