@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from cascade_cli.documents.base import HEADING, Extracted, Limits, Mark, label
-from cascade_cli.documents.reading import read_text
+from cascade_cli.documents.reading import head, read_text
 from cascade_cli.errors import InputError
 
 MARKDOWN = {".md", ".markdown", ".mdown", ".mkd", ".mkdn", ".rmd"}
@@ -126,8 +126,7 @@ def text_marks(text: str) -> list[Mark]:
 def extract(path: Path, encoding: str = "utf-8", limits: Limits | None = None) -> Extracted:
     """The file's plain text and location map (see the module's docstring for the formats)."""
     limits = limits or Limits()
-    head = _head(path)
-    kind = sniff(path, head)
+    kind = sniff(path, head(path))
     if kind == "pdf":
         from cascade_cli.documents.pdf import extract_pdf
 
@@ -148,16 +147,3 @@ def extract(path: Path, encoding: str = "utf-8", limits: Limits | None = None) -
         )
     marks = {"markdown": markdown_marks, "text": text_marks}.get(kind, lambda _: [])(text)
     return Extracted(text, kind, sha, marks, lines=True)
-
-
-def _head(path: Path) -> bytes:
-    """The file's first KiB (empty for an empty file)."""
-    try:
-        with path.open("rb") as fh:
-            return fh.read(1024)
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory", "Pass a file.") from None
-    except FileNotFoundError:
-        raise InputError(f"{path} does not exist", "Check the file name.") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None

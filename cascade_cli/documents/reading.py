@@ -10,17 +10,26 @@ from cascade_cli.errors import InputError
 SUPPORTED = "plain text, Markdown, source code, HTML, EPUB or PDF"
 
 
-def read_bytes(path: Path, limit: int | None = None) -> bytes:
-    """The file's bytes (at most `limit`), or an InputError saying why not."""
+def head(path: Path, n: int = 1024) -> bytes:
+    """The file's first `n` bytes (empty for an empty file), or an InputError saying why not."""
+    return _read(path, n)
+
+
+def _read(path: Path, n: int | None) -> bytes:
     try:
         with path.open("rb") as fh:
-            data = fh.read() if limit is None else fh.read(limit + 1)
+            return fh.read() if n is None else fh.read(n)
     except FileNotFoundError:
         raise InputError(f"{path} does not exist", "Check the file name.") from None
     except IsADirectoryError:
         raise InputError(f"{path} is a directory", "Pass a file.") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None
+
+
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The file's bytes (at most `limit`), or an InputError saying why not."""
+    data = _read(path, None if limit is None else limit + 1)
     if limit is not None and len(data) > limit:
         raise InputError(
             f"{path} is larger than {limit // 2**20} MiB", "Split it into smaller files."
