@@ -14,6 +14,7 @@ from tests.paging.helpers import (
     chunk_rows,
     doc_id,
     env_for,
+    write_text,
 )
 
 ASK_SMALL = ["--gpu-cache-size", "512", "--max-tokens", "16"]
@@ -92,3 +93,13 @@ def check_answer_shape(data: dict[str, Any], home: Path, name: str) -> None:
     assert 0 < timings["restore_s"] <= timings["ttft_s"]
     assert 0 <= timings["recall_s"] <= timings["ttft_s"]
     assert timings["tokens_per_s"] >= 0
+
+
+def store_with_x(home: Path, model_path: Path, chars: int) -> Path:
+    """A home whose store holds one document, `x` (`chars` characters of the sample): what a
+    hostile input must leave untouched."""
+    (home / "models").mkdir()
+    (home / "models" / model_path.name).symlink_to(model_path)
+    proc = cli(["ingest", str(write_text(home / "x.txt", chars)), "--name", "x", *SMALL], home)
+    assert proc.returncode == 0, proc.stderr
+    return home

@@ -13,7 +13,7 @@ import pytest
 
 from cascade_cli.paging import catalog, locations
 from tests.cli.helpers import assert_one_line_error
-from tests.cli.ingest_helpers import ask_json, cli, docs_json
+from tests.cli.ingest_helpers import ask_json, cli, docs_json, store_with_x
 from tests.documents import makers
 from tests.paging.helpers import (
     NEEDLE,
@@ -24,7 +24,6 @@ from tests.paging.helpers import (
     doc_rows,
     passage_rows,
     ro,
-    write_text,
 )
 
 pytestmark = pytest.mark.subprocess
@@ -91,12 +90,7 @@ def test_html_beside_a_broken_file_is_ingested_and_the_exit_says_one_failed(
 @pytest.fixture(scope="module")
 def store_home(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Path]:
     """One store holding document `x`, which no hostile file may change."""
-    home = tmp_path_factory.mktemp("hostile-docs")
-    (home / "models").mkdir()
-    (home / "models" / model_path.name).symlink_to(model_path)
-    proc = cli(["ingest", str(write_text(home / "x.txt", 2000)), "--name", "x", *SMALL], home)
-    assert proc.returncode == 0, proc.stderr
-    yield home
+    yield store_with_x(tmp_path_factory.mktemp("hostile-docs"), model_path, 2000)
 
 
 def _locked(d: Path) -> Path:

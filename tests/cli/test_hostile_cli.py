@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import assert_one_line_error
-from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, docs_json
+from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, docs_json, store_with_x
 from tests.paging.helpers import (
     SMALL,
     chunk_rows,
@@ -30,12 +30,7 @@ pytestmark = pytest.mark.subprocess
 @pytest.fixture(scope="module")
 def store_home(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Path]:
     """One store holding document `x`, which no case may change."""
-    home = tmp_path_factory.mktemp("hostile")
-    (home / "models").mkdir()
-    (home / "models" / model_path.name).symlink_to(model_path)
-    proc = cli(["ingest", str(write_text(home / "x.txt", 3000)), "--name", "x", *SMALL], home)
-    assert proc.returncode == 0, proc.stderr
-    yield home
+    yield store_with_x(tmp_path_factory.mktemp("hostile"), model_path, 3000)
 
 
 def _file(home: Path, name: str, data: bytes) -> str:
