@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,7 +18,6 @@ from cascade_cli.errors import InputError, NotFoundError, check_name
 from cascade_cli.paging import shared
 from cascade_cli.paging.ask import QUOTE, AskResult, ask
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.locations import cited
 from cascade_cli.recall.select import QUOTES
 from cascade_cli.store.index import INDEX
 
@@ -159,7 +158,7 @@ def ask_cmd(
     else:
         sys.stdout.write("\n")
         if result.sources:
-            err.print("[dim]sources: " + shown(" · ".join(map(cited, result.sources))) + "[/dim]")
+            err.print("[dim]sources: " + shown(" · ".join(map(_cited, result.sources))) + "[/dim]")
         t = result.timings
         n = len(result.chunks)
         fed = [c for c in result.chunks if c["tier"] == "prefill"]
@@ -169,3 +168,19 @@ def ask_cmd(
             f"({t['restored_tokens']} tokens restored) in "
             f"{t['restore_s']:.2f}s · first token {t['ttft_s']:.2f}s · {t['tokens_per_s']:.1f} tok/s[/dim]"
         )
+
+
+def _cited(source: dict[str, Any]) -> str:
+    """One source as a person reads it: `persuasion.txt lines 120–160 (quoted)`."""
+    where_ = []
+    if source["page"] is not None:
+        where_.append(f"page {source['page']}")
+    if source["section"]:
+        where_.append(f"“{source['section']}”")
+    if source["lines"] and source["page"] is None:
+        first, last = source["lines"]
+        where_.append(f"line {first}" if first == last else f"lines {first}–{last}")
+    if not where_:
+        where_.append("chunk " + ", ".join(str(c) for c in source["chunks"]))
+    name = source["path"].rsplit("/", 1)[-1] or source["doc"]
+    return f"{name} {', '.join(where_)}" + (" (quoted)" if source["quoted"] else "")

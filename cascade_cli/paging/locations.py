@@ -153,19 +153,3 @@ def sources(
             }
         )
     return out
-
-
-def cited(source: dict[str, Any]) -> str:
-    """One source as a person reads it: `persuasion.txt lines 120–160 (quoted)`."""
-    where_ = []
-    if source["page"] is not None:
-        where_.append(f"page {source['page']}")
-    if source["section"]:
-        where_.append(f"“{source['section']}”")
-    if source["lines"] and source["page"] is None:
-        first, last = source["lines"]
-        where_.append(f"line {first}" if first == last else f"lines {first}–{last}")
-    if not where_:
-        where_.append("chunk " + ", ".join(str(c) for c in source["chunks"]))
-    name = source["path"].rsplit("/", 1)[-1] or source["doc"]
-    return f"{name} {', '.join(where_)}" + (" (quoted)" if source["quoted"] else "")
