@@ -11,7 +11,9 @@ that grows with the window), so it happens once every few windows' worth of conv
 rather than on every turn. Each chunk that stays is a window hit and costs nothing; a placed
 chunk's state is not also kept in the RAM tier (the window holds it). A chunk the store cannot
 serve (missing, damaged, another model's or other tokens') is recomputed from its token ids at
-the window's end (seeing the whole window before it) and moved into place.
+the window's end (seeing the whole window before it) and moved into place — except a
+document's chunk, which is recomputed where ingest made it (paging/recompute.py, the one policy
+`ask` uses too): the window is emptied for that, then laid out again from the store.
 """
 
 from __future__ import annotations
@@ -25,13 +27,12 @@ import numpy as np
 
 from cascade_cli.engine import Context
 from cascade_cli.errors import Cancelled, ContextFullError, CorruptChunkError, NotFoundError
-from cascade_cli.paging import prefix
+from cascade_cli.paging import catalog, prefix
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.window import Window
+from cascade_cli.session.positions import adjacent, placement
 from cascade_cli.store import ChunkMeta
-
-#: Free positions between two pages that are left as they are (not worth a restore).
-SMALL_GAP = 128
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Page:
     choose: Callable[[Window, Mapping[str, int], int], Page] | None = field(
         default=None, repr=False, compare=False
     )
+    #: the document this page is a chunk of: damaged, it is recomputed in its ingest context
+    doc: catalog.Document | None = field(default=None, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -68,6 +71,14 @@ class Placed:
     recomputed_tokens: int = 0
     decoded: int = 0  # tokens decoded to place pages: recomputed ones, quotes and frames
     seconds: float = 0.0
+
+
+class _Damaged(Exception):
+    """A document page the store could not serve (raised and caught inside Pages.apply)."""
+
+    def __init__(self, page: Page) -> None:
+        super().__init__(page.key)
+        self.page = page
 
 
 class Pages:
@@ -124,7 +135,40 @@ class Pages:
         already there stay where they are. `stash` overrides the window's own setting (no copy
         into RAM of pages that were just saved, e.g. while paging a conversation through).
         `stop` is asked before each page is restored or decoded: true raises Cancelled (the
-        caller resets the window). `counted`: add hits and misses to the store's stats."""
+        caller resets the window). `counted`: add hits and misses to the store's stats.
+
+        A document's chunk the store cannot serve is recomputed in its ingest context, which
+        empties the window; the layout then starts over from the store (as `ask` does)."""
+        t0 = time.perf_counter()
+        redone: set[str] = set()
+        while True:
+            try:
+                done = self._apply(target, room, stash, stop, counted, redone)
+            except _Damaged as bad:
+                self._recompute(bad.page)
+                redone.add(bad.page.key)
+                continue
+            done.seconds = time.perf_counter() - t0
+            return done
+
+    def _recompute(self, p: Page) -> None:
+        """Recompute document chunk `p` where ingest made it (saved back when this process
+        writes the store) and keep the state in RAM for the layout that follows."""
+        assert p.doc is not None
+        meta = self.lib.disk.meta(p.key)
+        self.reset()  # recompute empties the context's sequences: start over afterwards
+        state = recompute(self.ctx, self.lib, p.doc, meta, save=self.saving)
+        self.lib.ram.put(p.key, state)
+
+    def _apply(
+        self,
+        target: Sequence[Page],
+        room: int,
+        stash: bool | None,
+        stop: Callable[[], bool] | None,
+        counted: bool,
+        redone: set[str],
+    ) -> Placed:
         t0 = time.perf_counter()
         done = Placed()
         if sum(p.n for p in target) + room > self.cells:
@@ -142,7 +186,7 @@ class Pages:
             if p.key in wanted and wanted[p.key] > last and not p.transient:
                 last = wanted[p.key]
                 keep.append(p)
-        kept = self._adjacent(target, {p.key for p in keep})
+        kept = adjacent(target, self.at, {p.key for p in keep})
         keep = [p for p in keep if p.key in kept]
         for p in reversed(self.layout):
             if p.key not in kept:
@@ -156,11 +200,11 @@ class Pages:
         self.win.truncate(self.end)  # nothing past the pages may stay
         self.lib.disk.touch([p.key for p in keep if p.meta is not None])  # recently used
         done.kept = len(keep)
-        at, shifts = self._plan(target)
+        at, shifts = placement(target, self.at)
         if max((at[p.key] + p.n for p in target), default=0) + room > self.win.limit:
             self._compact()  # out of positions: close the gaps (once every few windows)
             done.moved = True
-            at, shifts = self._plan(target)
+            at, shifts = placement(target, self.at)
         for key, delta in shifts:
             p0 = self.at[key]
             self.win.move(p0, -1, delta)
@@ -180,6 +224,8 @@ class Pages:
                 if p.choose is not None and i == len(target) - 1:
                     p = p.choose(self.win, self.at, self.win.limit - start - room)
                 tier = self._materialize(p, start, "ram" if p.key in warm else "disk")
+                if p.key in redone:  # restored from RAM, after its recompute
+                    tier = "recomputed"
                 if tier == "recomputed":
                     done.decoded += p.n
                 elif tier == "copied":
@@ -230,61 +276,6 @@ class Pages:
         """Forget what was decoded after the pages (a reply cut short)."""
         self.win.truncate(self.end)
 
-    def _adjacent(self, target: Sequence[Page], kept: set[str]) -> set[str]:
-        """The kept pages that will still be contiguous with what follows them. Everything
-        after the first page (the system prompt) ends up as one run — recalled chunks right
-        before the recent turns, as in a conversation — so a kept page that a gap would
-        separate from the next one is placed again (a restore of a small chunk) rather than
-        left behind: distance from the message is what a small model's attention pays for. A
-        gap of at most SMALL_GAP positions (a quote or frame that was dropped) is left."""
-        keep = set(kept)
-        expected: int | None = None  # where the page after this one will start
-        for p in reversed(target[1:]):
-            if p.key in keep:
-                pos = self.at[p.key]
-                if expected is not None and not 0 <= expected - (pos + p.n) <= SMALL_GAP:
-                    keep.discard(p.key)
-                    expected -= p.n
-                else:
-                    expected = pos
-            elif expected is not None:
-                expected -= p.n
-        return keep
-
-    def _plan(self, target: Sequence[Page]) -> tuple[dict[str, int], list[tuple[str, int]]]:
-        """(start position of every target page, [(kept page, shift up)]) for placing the
-        pages that come in: right-aligned in the gap before the next kept page, or at the end."""
-        at: dict[str, int] = {}
-        shifts: list[tuple[str, int]] = []
-        moved = 0  # how far the kept pages from here on have moved up
-        prev_end = 0
-        i = 0
-        while i < len(target):
-            p = target[i]
-            if p.key in self.at:
-                at[p.key] = self.at[p.key] + moved
-                prev_end = at[p.key] + p.n
-                i += 1
-                continue
-            j = i
-            while j < len(target) and target[j].key not in self.at:
-                j += 1
-            run = sum(q.n for q in target[i:j])
-            start = prev_end
-            if j < len(target):
-                nxt = self.at[target[j].key] + moved
-                if nxt - prev_end >= run:
-                    start = nxt - run  # into the gap, just before what follows
-                else:
-                    shifts.append((target[j].key, run - (nxt - prev_end)))
-                    moved += run - (nxt - prev_end)
-            for q in target[i:j]:
-                at[q.key] = start
-                start += q.n
-            prev_end = start
-            i = j
-        return at, shifts
-
     def _compact(self) -> None:
         """Close every gap: each page slides down to follow the one before it."""
         expected = 0
@@ -315,9 +306,10 @@ class Pages:
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
                 self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed
-                return self.lib.pager.origin(p.key) or tier
+                return self.lib.pager.tier(p.key, tier == "ram")
             except (NotFoundError, CorruptChunkError):
-                pass  # recompute below: never serve bad bytes
+                if p.doc is not None:  # never serve bad bytes: recomputed where ingest made it
+                    raise _Damaged(p) from None
         elif self.lib.remote is not None:  # another machine may have stored it
             try:
                 self.win.place(self.lib.pager.get_remote(p.key, at=at), at=at, shift=False)

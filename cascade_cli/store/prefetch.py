@@ -187,6 +187,11 @@ class Pager:
         with self._lock:
             return self._origin.pop(key, None)
 
+    def tier(self, key: str, warm: bool) -> str:
+        """The tier the state last handed out for ``key`` came from: ``remote``, else ``ram``
+        when it was in RAM before the layout began (``warm``), else ``disk``."""
+        return self.origin(key) or ("ram" if warm else "disk")
+
     def _load(
         self, key: str, at: int | None = None, slim: bool = False, local: bool = True
     ) -> tuple[Any, bool]:

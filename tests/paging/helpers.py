@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from cascade_cli import kv
+from cascade_cli.paging.library import Library
 from cascade_cli.samples import PERSUASION
 from tests.wait import until
 
@@ -178,3 +180,40 @@ def data_bytes(home: Path) -> int:
 def indexed_bytes(home: Path, where: str = "1") -> int:
     """Sum of nbytes of the chunk rows matching `where` (every row by default)."""
     return int(query(home, f"SELECT COALESCE(SUM(nbytes), 0) FROM chunks WHERE {where}")[0][0])
+
+
+# ---- damaged chunks ----------------------------------------------------------------------------
+
+
+def chunk_text(lib: Library, owner: str, idx: int) -> str:
+    """A chunk's text as recall indexed it (its passages joined)."""
+    rows = lib.conn.execute(
+        "SELECT p.text FROM recall_passages p JOIN recall_corpora c ON c.id = p.corpus"
+        " WHERE c.owner = ? AND p.chunk = ? ORDER BY p.pidx",
+        (owner, idx),
+    ).fetchall()
+    return " ".join(t for (t,) in rows)
+
+
+def file_of(lib: Library, key: str) -> Path:
+    (name,) = lib.conn.execute("SELECT file FROM chunks WHERE key = ?", (key,)).fetchone()
+    return lib.disk.path / "data" / name
+
+
+def flip(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def kv_of(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(K, V) of every layer, V by token rows."""
+    blob = kv.parse(kv.decode(payload))
+    k = np.stack(blob.k)
+    v = np.stack([blob.v_rows(i) for i in range(blob.header.n_layer)])
+    return k, v

@@ -15,45 +15,20 @@ from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.window import Window
-from tests.paging.helpers import BLOCK, WINDOW, write_text
-
-
-def chunk_text(lib: Library, owner: str, idx: int) -> str:
-    """A chunk's text as recall indexed it (its passages joined)."""
-    rows = lib.conn.execute(
-        "SELECT p.text FROM recall_passages p JOIN recall_corpora c ON c.id = p.corpus"
-        " WHERE c.owner = ? AND p.chunk = ? ORDER BY p.pidx",
-        (owner, idx),
-    ).fetchall()
-    return " ".join(t for (t,) in rows)
+from tests.paging.helpers import (
+    BLOCK,
+    WINDOW,
+    chunk_text,
+    file_of,
+    flip,
+    kv_of,
+    rel_err,
+    write_text,
+)
 
 
 def _ingest(ctx: Context, lib: Library, path: Path, name: str) -> catalog.Document:
     return ingest(ctx, lib, path, name, "utf-8", lambda s: None)
-
-
-def file_of(lib: Library, key: str) -> Path:
-    (name,) = lib.conn.execute("SELECT file FROM chunks WHERE key = ?", (key,)).fetchone()
-    return lib.disk.path / "data" / name
-
-
-def flip(path: Path) -> None:
-    raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    path.write_bytes(bytes(raw))
-
-
-def rel_err(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float32), b.astype(np.float32)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def kv_of(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """(K, V) of every layer, V by token rows."""
-    blob = kv.parse(kv.decode(payload))
-    k = np.stack(blob.k)
-    v = np.stack([blob.v_rows(i) for i in range(blob.header.n_layer)])
-    return k, v
 
 
 def test_resume_gets_past_a_damaged_chunk(ctx: Context, lib: Library, tmp_path: Path) -> None:

@@ -10,15 +10,18 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model
 from cascade_cli.kv import blob as kvblob
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.verify import check
+from cascade_cli.paging.window import Window
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.session.pages import Page
-from tests.paging.helpers import NEEDLE, write_text
+from tests.paging.helpers import NEEDLE, chunk_text, file_of, flip, kv_of, rel_err, write_text
 
 WINDOW = 1024
 GREEDY = {"temperature": 0.0, "max_tokens": 16}
@@ -185,3 +188,45 @@ def test_rerank_llm_picks_the_note_from_the_recalled_turns_cells(home: Path, ctx
         said = ctx.model.detokenize(note.tokens[to : to + n])
         assert said.strip() and said.strip() in quoted[0]["text"]
         chat.close()
+
+
+def test_chat_recomputes_a_damaged_document_chunk_in_its_ingest_context(
+    home: Path, ctx: Context, tmp_path: Path
+) -> None:
+    """`chat --doc` whose recall hits a chunk whose file is damaged recomputes it where ingest
+    made it (after the sink and the chunks before it in the ingest window, at its stored
+    position), as `ask` does, saves it back, and answers; `verify` is clean afterwards. It used
+    to decode the chunk at the window's end, after the conversation, and never save it."""
+    with _lib(home, ctx) as lib:
+        src = write_text(tmp_path / "c.txt", 6000)
+        doc = ingest(ctx, lib, src, "c", "utf-8", lambda s: None)
+        lib.pager.flush()
+        idx = 4
+        before = lib.disk.meta(doc.chunk_key(idx))
+        k0, v0 = kv_of(lib.disk.get(before.key))
+        flip(file_of(lib, before.key))
+        lib.ram.clear()
+        text = chunk_text(lib, doc.owner, idx)
+        question = " ".join(sorted(set(text.split()), key=len)[-6:])  # its rarest long words
+        chat = ChatSession(ctx, lib, "reader", overrides=GREEDY, documents=[doc])
+        assert _say(chat, question).strip()
+        assert before.key in chat.pages.keys
+        assert chat.totals.tiers["recomputed"] >= 1
+        lib.pager.flush()
+        after = lib.disk.meta(before.key)
+        assert after.pos == before.pos and after.checksum != before.checksum
+        k1, v1 = kv_of(lib.disk.get(after.key))
+        report = check(lib.disk)
+        assert not report.damaged, report.damaged
+        chat.close()
+        # the chunk decoded right after the sink (its neighbour's context differs): further off
+        win = Window(ctx, WINDOW)
+        win.append(frame(ctx.model).prefix)
+        win.append(lib.disk.meta(doc.chunk_key(idx - 1)).tokens.tolist())
+        pos = win.end
+        win.append(before.tokens.tolist())
+        other = kv.parse(win.save(pos, pos + before.n_tokens))
+        v_other = np.stack([other.v_rows(i) for i in range(other.header.n_layer)])
+        win.reset()
+    assert rel_err(v1, v0) < 0.7 * rel_err(v_other, v0), (rel_err(v1, v0), rel_err(v_other, v0))
+    assert rel_err(k1, k0) < 0.1
