@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.provenance import save  # noqa: E402
-from cascade_cli.config import resolve  # noqa: E402
+from cascade_cli.config import QUOTES, resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
 from cascade_cli.paging.ask import QUOTE, AskResult, ask, ensure_indexed  # noqa: E402
@@ -48,7 +48,6 @@ from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.sliding import SlidingWriter  # noqa: E402
 from cascade_cli.recall import index as rindex  # noqa: E402
 from cascade_cli.recall import service  # noqa: E402
-from cascade_cli.recall.select import QUOTES  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 
 HOME = ROOT / ".cascade-test" / "models"

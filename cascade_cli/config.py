@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ REPEAT_GUARDS = ("dry", "stop", "off")
 RERANKS = ("llm", "off")
 #: Whether a reasoning model thinks before it answers (engine.reasoning; off: it answers at once)
 THINK = ("off", "on")
+#: Quote policies (recall.select): 'agree' — the best hit, when every recall method ranked it
+#: first; 'best' — the best hit, when any method ranked it first; 'tops' — each method's first
+#: hit; 'off'.
+QUOTES = ("agree", "best", "tops", "off")
 
 _UNITS = {
     "": 1,
@@ -142,6 +147,27 @@ class Settings:
     """Which recalled passage is quoted: the generator's choice, or the quote policy (RERANKS)."""
     think: str = "off"
     """Whether a reasoning model thinks before it answers (THINK)."""
+    system: str = "You are a helpful assistant."
+    """The system prompt of a new chat session and of the server's conversations."""
+    temperature: float = 0.7
+    """Sampling temperature of chat replies and of served requests that send none (0 = greedy)."""
+    top_k: int = 40
+    """Chat and serve: sample from the k likeliest tokens (0 = off)."""
+    top_p: float = 0.95
+    """Chat and serve: nucleus sampling's probability mass (1 = off)."""
+    repeat_penalty: float = 1.0
+    """Chat and ask: penalty on tokens repeated in the last 64 (1 = off: it garbles numbers
+    with repeated digits, 4417 → 44…)."""
+    max_tokens: int = 512
+    """Longest chat reply, and a served request's when it sends no max_tokens."""
+    ask_tokens: int = 256
+    """Longest `ask` answer."""
+    ask_temperature: float = 0.0
+    """`ask`'s sampling temperature (0 = greedy: an answer quotes the document)."""
+    quote: str = "best"
+    """Which recalled passage is quoted again right before the question (QUOTES)."""
+    neighbors: int = 1
+    """`ask`: chunks added beyond a hit whose best passage touches its chunk's edge."""
     allow_origins: tuple[str, ...] = ()
     """`cascade serve`: web page origins allowed beside loopback ones (scheme://host[:port])."""
     max_body_size: int = 4 * 1024**2
@@ -178,6 +204,8 @@ _TEXT = (
     "repeat_guard",
     "rerank",
     "think",
+    "system",
+    "quote",
 )
 
 
@@ -203,7 +231,47 @@ def parse_origins(value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_float(value: object, name: str, low: float, high: float = float("inf")) -> float:
+    """Parse a number setting within [low, high]."""
+    span = f"from {low:g} to {high:g}" if high != float("inf") else f"of {low:g} or more"
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"invalid {name}: {value!r}", f"Use a number {span}.") from None
+    if not low <= number <= high:
+        raise ConfigError(f"invalid {name}: {value!r} is out of range", f"Use a number {span}.")
+    return number
+
+
+#: Number settings and their ranges.
+_FLOATS = {
+    "temperature": (0.0, 2.0),
+    "ask_temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "repeat_penalty": (0.0, 10.0),
+}
+#: Whole-number settings and their lower bounds.
+_INTS = {
+    "max_messages": 1, "max_queue": 1, "max_reply_tokens": 1, "gpu_cache_size": 64,
+    "block_size": 16, "threads": 0, "gpu_layers": -1, "remote_cache_ttl": 0, "top_k": 0,
+    "max_tokens": 1, "ask_tokens": 1, "neighbors": 0,
+}  # fmt: skip
+
+
 def _coerce(key: str, value: Any) -> Any:
+    if key in _FLOATS:
+        return parse_float(value, key, *_FLOATS[key])
+    if key in _INTS:
+        return parse_int(value, key, _INTS[key])
+    if key == "system":
+        return str(value)
+    if key == "quote":
+        text = str(value).lower()
+        if text not in QUOTES:
+            raise ConfigError(f"unknown quote {value!r}", f"Use one of: {', '.join(QUOTES)}.")
+        return text
     if key in ("memory_cache_size", "disk_cache_budget", "max_body_size", "api_cache_budget"):
         size = parse_size(value, key)
         if key == "max_body_size" and size < 1024:
@@ -211,16 +279,6 @@ def _coerce(key: str, value: Any) -> Any:
         return size
     if key == "allow_origins":
         return parse_origins(value)
-    if key in ("max_messages", "max_queue", "max_reply_tokens"):
-        return parse_int(value, key, 1)
-    if key == "gpu_cache_size":
-        return parse_int(value, key, 64)
-    if key == "block_size":
-        return parse_int(value, key, 16)
-    if key == "threads":
-        return parse_int(value, key, 0)
-    if key == "gpu_layers":
-        return parse_int(value, key, -1)
     if key == "compression":
         text = str(value).lower()
         if text not in COMPRESSIONS:
@@ -268,8 +326,6 @@ def _coerce(key: str, value: Any) -> Any:
         from cascade_cli.store.remote import check_url  # (the tier is loaded only when used)
 
         return check_url(str(value)) if str(value).strip() else ""
-    if key == "remote_cache_ttl":
-        return parse_int(value, key, 0)
     if key == "model":
         text = str(value).strip()
         if not text:
@@ -307,8 +363,14 @@ def read_toml(path: Path) -> dict[str, Any]:
     return dict(section)
 
 
-def resolve(flags: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:
-    """Build Settings from defaults, the TOML file, CASCADE_* env, then flags (None = unset)."""
+def resolve(
+    flags: dict[str, Any] | None = None,
+    config_file: Path | None = None,
+    model_defaults: Callable[[str], Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Build Settings from the built-in defaults, the model's own defaults (`model_defaults`
+    of the model the other layers name: registry.model_defaults), the TOML file, CASCADE_*
+    env, then flags (None = unset), each layer over the one before."""
     values: dict[str, Any] = {}
     path = config_file if config_file is not None else default_config_file()
     if config_file is not None or path.exists():
@@ -326,4 +388,7 @@ def resolve(flags: dict[str, Any] | None = None, config_file: Path | None = None
     for key, value in (flags or {}).items():
         if value is not None:
             values[key] = _coerce(key, value)
+    if model_defaults is not None:
+        own = model_defaults(values.get("model", Settings.model))
+        values = {**{k: _coerce(k, v) for k, v in own.items()}, **values}
     return Settings(**values)

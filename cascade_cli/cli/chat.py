@@ -176,23 +176,25 @@ def chat(
         typer.Option("--session", "-s", help="Create or resume this named session."),
     ] = None,
     system: Annotated[
-        str | None, typer.Option("--system", help="System prompt (kept with the session).")
+        str | None,
+        typer.Option("--system", help="System prompt (kept with the session; setting system)."),
     ] = None,
     doc: Annotated[
         list[str] | None,
         typer.Option("--doc", help="Ingested document every turn may recall from (repeatable)."),
     ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help="Longest reply (default: 512).", min=1)
+        int | None, typer.Option("--max-tokens", help="Longest reply (setting max_tokens).", min=1)
     ] = None,
     temperature: Annotated[
-        float | None, typer.Option("--temperature", help="0 = greedy (default: 0.7).", min=0.0)
+        float | None,
+        typer.Option("--temperature", help="0 = greedy (setting temperature).", min=0.0),
     ] = None,
     top_k: Annotated[
-        int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off (default: 40).", min=0)
+        int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off (setting top_k).", min=0)
     ] = None,
     top_p: Annotated[
-        float | None, typer.Option("--top-p", help="Nucleus sampling (default: 0.95).", min=0.0)
+        float | None, typer.Option("--top-p", help="Nucleus sampling (setting top_p).", min=0.0)
     ] = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Sampling seed (default: random).")
@@ -201,7 +203,7 @@ def chat(
         float | None,
         typer.Option(
             "--repeat-penalty",
-            help="Over the last 64 tokens, 1.0 = off (default: 1.0; a penalty garbles repeated digits).",
+            help="Over the last 64 tokens, 1.0 = off (setting repeat_penalty).",
             min=0.0,
         ),
     ] = None,

@@ -95,7 +95,7 @@ def show(
     row = _row(spec, default)
     entry = {
         **{k: row[k] for k in ("name", "kind", "default", "pulled", "description", "file")},
-        **{k: v for k, v in dataclasses.asdict(spec).items() if v not in ("", ())},
+        **{k: v for k, v in dataclasses.asdict(spec).items() if v not in ("", (), {})},
         "path": row["path"],
     }
     if as_json:
@@ -107,6 +107,8 @@ def show(
             value = "yes" if value else "no"
         elif isinstance(value, list | tuple):
             value = ", ".join(value)
+        elif isinstance(value, dict):  # the model's own setting defaults
+            value = ", ".join(f"{k} = {v!r}" for k, v in value.items())
         elif key == "size":
             value = f"{value} ({_mb(value)})"
         out.print(f"{key + ':':<{width}}{shown(value)}")

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from cascade_cli.config import Settings, resolve
 from cascade_cli.engine.reasoning import Thought
+from cascade_cli.registry import model_defaults
 
 
 @dataclass
@@ -32,7 +33,7 @@ def shown(value: object) -> str:
 
 def settings(flags: dict[str, Any]) -> Settings:
     """Resolve settings with this invocation's --config and flags."""
-    return resolve(flags, STATE.config)
+    return resolve(flags, STATE.config, model_defaults)
 
 
 class Answer:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from cascade_cli.config import Settings
 from cascade_cli.errors import ContextFullError, NotFoundError
 from cascade_cli.recall import Hit, Recall, fill
 from cascade_cli.recall.select import RRF_K, to_quote
@@ -42,7 +43,7 @@ MAX_RECALLED = 2
 #: BM25 and the embeddings disagree, unlike 'agree'). Chosen on *Emma* conversations, where
 #: 'tops' (each method's first) put a second, unrelated passage in the note that the model
 #: echoed (locker direct 2/5); see BENCHMARKS.md, "One planner".
-QUOTE = "best"
+QUOTE = Settings.quote  # the setting's default (config.py), the one place it is set
 #: Words of a passage quoted (shared by the quotes of one request): the window around the
 #: question's words (recall.focus). Chosen on *Emma*'s questions; see BENCHMARKS.md, "Quotes".
 QUOTE_WORDS = 48

@@ -88,9 +88,12 @@ class Replier:
         free = self.window - self.pages.used - len(tail)
         limit = min(self.pages.win.limit, reply_at + free) - close - 8
         gen = Generation(pos=reply_at)
+        cfg = self.lib.settings
         sampler = Sampler(
             SamplerSettings(
-                temperature=p.temperature, top_k=0, top_p=p.top_p, repeat_penalty=1.0,
+                temperature=cfg.temperature if p.temperature is None else p.temperature,
+                top_k=cfg.top_k, top_p=cfg.top_p if p.top_p is None else p.top_p,
+                repeat_penalty=cfg.repeat_penalty,
                 seed=0xFFFFFFFF if p.seed is None else p.seed & 0xFFFFFFFF,
                 guard=self.lib.settings.repeat_guard,
             ),

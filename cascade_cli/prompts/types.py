@@ -27,8 +27,8 @@ class Params:
     """Sampling and stopping for one request. temperature 0 is greedy; seed None is random."""
 
     max_tokens: int | None = None  # None: until end of generation or the window's room
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float | None = None  # None: the `temperature` setting
+    top_p: float | None = None  # None: the `top_p` setting
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     salt: str = ""  # cache_salt: only requests with the same salt share stored blocks

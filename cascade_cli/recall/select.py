@@ -77,11 +77,6 @@ def agreed(hits: Sequence[Hit], methods: int) -> bool:
     return bool(hits) and len(hits[0].tops) >= methods
 
 
-#: Quote policies: 'agree' — the best hit, when every recall method ranked it first; 'best' —
-#: the best hit, when any method ranked it first; 'tops' — each method's first hit; 'off'.
-QUOTES = ("agree", "best", "tops", "off")
-
-
 def to_quote(hits: Sequence[Hit], policy: str, methods: int) -> list[Hit]:
     """The hits whose best passages `policy` quotes (`methods`: rankings the search fused)."""
     if policy == "agree":

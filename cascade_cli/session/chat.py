@@ -24,9 +24,9 @@ from cascade_cli.session.catalog import Chunk
 from cascade_cli.session.layout import lay_out
 from cascade_cli.session.manage import remove
 from cascade_cli.session.restore import drop_unfinished, index_missing, open_window
-from cascade_cli.session.state import DEFAULTS, SessionState
+from cascade_cli.session.state import SessionState
 
-__all__ = ["DEFAULTS", "ChatSession", "TurnStats"]
+__all__ = ["ChatSession", "TurnStats"]
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from cascade_cli.config import Settings
 from cascade_cli.engine import Context, SamplerSettings
 from cascade_cli.errors import InputError
 from cascade_cli.paging import catalog as docs
@@ -26,15 +27,14 @@ from cascade_cli.session.pages import Page, Pages, Placed
 from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
 
-DEFAULTS: dict[str, Any] = {
-    "system": "You are a helpful assistant.",
-    "temperature": 0.7,
-    "top_k": 40,
-    "top_p": 0.95,
-    "repeat_penalty": 1.0,  # off: a penalty garbles numbers with repeated digits (4417 → 44…)
-    "seed": None,
-    "max_tokens": 512,
-}
+
+def defaults(cfg: Settings) -> dict[str, Any]:
+    """A session's settings where neither it nor this run's flags say otherwise (config.py)."""
+    return {
+        "system": cfg.system, "temperature": cfg.temperature, "top_k": cfg.top_k,
+        "top_p": cfg.top_p, "repeat_penalty": cfg.repeat_penalty, "seed": None,
+        "max_tokens": cfg.max_tokens,
+    }  # fmt: skip
 
 
 @dataclass
@@ -86,13 +86,14 @@ class SessionState:
             if row is None:
                 if not create:
                     raise InputError(f"no chat session named {name!r}", "See `cascade sessions`.")
-                settings = {**DEFAULTS, **(overrides or {})}
+                # the system prompt is kept (chunk 0 is its KV); sampling follows the settings
+                settings = {"system": lib.settings.system, **(overrides or {})}
                 row = catalog.create(
                     conn, name, self.model.path.name, fp, lib.settings.compression, settings
                 )
                 self.created = True
             elif overrides:
-                row.settings = {**DEFAULTS, **row.settings, **overrides}
+                row.settings = {**row.settings, **overrides}
                 catalog.update(conn, row)
             self.s: Session = row
             self.chunks = {c.idx: c for c in catalog.chunks(conn, row)}
@@ -105,7 +106,7 @@ class SessionState:
 
     @property
     def settings(self) -> dict[str, Any]:
-        return {**DEFAULTS, **self.s.settings}
+        return {**defaults(self.lib.settings), **self.s.settings}
 
     @property
     def sampling(self) -> SamplerSettings:
@@ -159,8 +160,10 @@ class SessionState:
                 tokens=np.asarray(c.tokens, dtype=np.int32), scheme=self.s.scheme, pinned=True,
             )  # fmt: skip
             return Page(key, c.tokens, meta)
-        meta = self.lib.disk.meta(key)  # a document's chunk: never recomputed into the store
-        return Page(key, meta.tokens.tolist(), None)
+        meta = self.lib.disk.meta(key)  # a document's chunk: recomputed where ingest made it
+        owner = key.rpartition(":")[0]
+        doc = next((d for d in self.docs if d.owner == owner), None)
+        return Page(key, meta.tokens.tolist(), None, doc=doc)
 
     def count(self, placed: Placed) -> None:
         self.totals.tiers["window"] += placed.kept

@@ -61,7 +61,7 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("recall", lambda h: ["ask", "x", "What?", "--recall", "nonsense"], 2, "unknown recall 'nonsense'"),
     ("empty-question", lambda h: ["ask", "x", "   "], 2, "the question is empty"),
     ("semantic-without-embedder", lambda h: ["ask", "x", "What?", "--recall", "semantic", "--embed-model", "none"], 2, "semantic recall needs an embedding model"),
-    ("bad-quote", lambda h: ["ask", "x", "What?", "--quote", "all"], 2, "unknown --quote 'all'"),
+    ("bad-quote", lambda h: ["ask", "x", "What?", "--quote", "all"], 2, "unknown quote 'all'"),
     ("embed-model-missing", lambda h: ["ask", "x", "What?", "--embed-model", str(h / "no.gguf")], 3, "no.gguf"),
 ]  # fmt: skip
 
