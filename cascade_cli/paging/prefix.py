@@ -20,7 +20,6 @@ owner removes them; only the newest KEEP of an owner stay on disk.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,6 +30,7 @@ from cascade_cli.errors import Cancelled, NotFoundError, StoreError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import Window
 from cascade_cli.store import SNAP, ChunkMeta
+from cascade_cli.store.address import address
 
 #: Snapshots kept on disk per owner (a session resumes from its newest).
 KEEP = 4
@@ -61,12 +61,11 @@ def chain(fingerprint: str, pages: Sequence[Piece]) -> list[str]:
     prefix's token ids — all a recurrent state depends on — and each page's owner, so that
     conversations (and an API request's `cache_salt`, part of its blocks' owner) never share a
     snapshot. Page keys are left out: an API block's row may be made again under a new index."""
-    h = hashlib.sha1(fingerprint.encode())
+    key = address(fingerprint)
     out = []
     for p in pages:
-        h.update(_owner(p).encode() + b"\0")
-        h.update(np.asarray(p.tokens, dtype="<i4").tobytes())
-        out.append(SNAP + h.copy().hexdigest()[:24])
+        key = address(key, _owner(p), list(p.tokens))
+        out.append(SNAP + key)
     return out
 
 
@@ -110,7 +109,7 @@ def lay_out(
             continue  # damaged or gone: a shorter prefix, or decode
         win.restore(blob, [t for p in target[:k] for t in p.tokens])
         start, done.restored = k, k
-        done.tier = lib.pager.origin(keys[k - 1]) or ("ram" if warm else "disk")
+        done.tier = lib.pager.tier(keys[k - 1], warm)
         break
     else:
         if same:  # back to the last shared page (from a mark, decoding the rest)

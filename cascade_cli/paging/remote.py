@@ -19,7 +19,6 @@ pager can find their addresses.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sqlite3
 import threading
@@ -33,6 +32,7 @@ from cascade_cli.errors import CorruptChunkError, NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.prompt import frame
 from cascade_cli.store import ChunkMeta, DiskStore, register_migrations
+from cascade_cli.store.address import address as content_address
 from cascade_cli.store.remote import Record, RemoteTier
 
 log = logging.getLogger("cascade.remote")
@@ -63,29 +63,21 @@ def m001_remote_chunks(conn: sqlite3.Connection) -> None:
 register_migrations("remote", [m001_remote_chunks])
 
 
-def digest(*parts: object) -> str:
-    """sha256 over the parts (bytes as they are, anything else as text), 32 hex digits."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part if isinstance(part, bytes) else str(part).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
 def namespace(fingerprint: str, layout: dict[str, tuple[str, ...]]) -> str:
     """The key prefix's digest: the model and the KV layout this build writes."""
-    return digest("cascade-kv", fingerprint, *(f"{k}={v[0]}" for k, v in sorted(layout.items())))
+    return content_address(
+        "cascade-kv", fingerprint, *(f"{k}={v[0]}" for k, v in sorted(layout.items()))
+    )
 
 
 def doc_root(doc: catalog.Document, prefix: list[int]) -> str:
     """The parent of a document's chunk 0: the prompt prefix it follows and how it was cut."""
-    toks = np.asarray(prefix, dtype="<i4").tobytes()
-    return digest("doc", toks, doc.window, doc.block_size, doc.scheme, doc.prefix_tokens)
+    return content_address("doc", prefix, doc.window, doc.block_size, doc.scheme, doc.prefix_tokens)
 
 
 def chunk_address(parent: str, meta: ChunkMeta) -> str:
     """A document chunk's address from its parent's."""
-    return digest(parent, meta.pos, meta.start, meta.end, meta.tokens.tobytes())
+    return content_address(parent, meta.pos, meta.start, meta.end, meta.tokens)
 
 
 def held_remotely(conn: sqlite3.Connection, doc: catalog.Document) -> set[int]:
@@ -272,7 +264,7 @@ def _agrees(expect: ChunkMeta, rec: Record) -> bool:
 
 def _sink(key: str, meta: ChunkMeta | None) -> str:
     """The prompt prefix's state: its key is already the digest of its token ids."""
-    return digest("sink", key)
+    return content_address("sink", key)
 
 
 def link_for(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import sqlite3
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,15 +10,34 @@ import numpy as np
 from cascade_cli.errors import StoreError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import Window
-from cascade_cli.store import ChunkMeta
+from cascade_cli.store import ChunkMeta, register_migrations
+from cascade_cli.store.address import address
 
 OWNER = "sink"
+#: Hex digits of a sink key's digest before the one content address (store.address).
+_OLD_WIDTH = 20
+
+
+def m001_full_width_keys(conn: sqlite3.Connection) -> None:
+    """Sinks stored by releases before the one content address (sha256 of the token ids cut to
+    20 hex digits) take their full-width key: the same digest, uncut, rebuilt from the token ids
+    their rows hold; the states are untouched."""
+    rows = conn.execute(
+        "SELECT key, tokens FROM chunks WHERE owner = ? AND length(key) = ?",
+        (OWNER, len(OWNER) + 1 + _OLD_WIDTH),
+    ).fetchall()
+    for key, tokens in rows:
+        new = f"{OWNER}:{address(bytes(tokens))}"
+        if new.startswith(key):  # the same digest: never rename a row it does not describe
+            conn.execute("UPDATE chunks SET key = ? WHERE key = ?", (new, key))
+
+
+register_migrations("sink", [m001_full_width_keys])
 
 
 def sink_key(prefix: Sequence[int]) -> str:
     """Store key of a prefix's state (the store itself is per model fingerprint)."""
-    digest = hashlib.sha256(np.asarray(prefix, dtype="<i4").tobytes()).hexdigest()[:20]
-    return f"{OWNER}:{digest}"
+    return f"{OWNER}:{address(list(prefix))}"
 
 
 def save_sink(
@@ -53,7 +72,7 @@ def place_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) ->
                 win.restore(state, prefix)
             else:
                 win.place(state)
-            return lib.pager.origin(key) or ("ram" if warm else "disk")
+            return lib.pager.tier(key, warm)
         except StoreError:  # corrupt or unreadable: recompute instead of serving it
             win.reset()
     win.append(prefix)

@@ -14,11 +14,11 @@ import numpy as np
 
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import Turn
-from cascade_cli.paging.remote import digest
 from cascade_cli.prompts import cache, catalog
 from cascade_cli.prompts.render import Block
 from cascade_cli.session.pages import Page, Pages
 from cascade_cli.store import ChunkMeta
+from cascade_cli.store.address import address
 
 log = logging.getLogger("cascade_cli.prompts.service")
 
@@ -68,7 +68,7 @@ class Blocks:
         with self.lib.disk.lock:
             block = catalog.hash_of(self.lib.disk.conn, owner, int(idx)) if idx.isdigit() else None
         scheme = meta.scheme if meta is not None else self.lib.settings.compression
-        return None if block is None else digest("api", scheme, block)
+        return None if block is None else address("api", scheme, block)
 
     def trim(self) -> None:
         """Keep the stored blocks within api_cache_budget (prompts/cache.py), never dropping

@@ -11,15 +11,13 @@ reply) sees again. Message text is never parsed for special tokens.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from cascade_cli.errors import InputError
 from cascade_cli.prompts.types import Message
 from cascade_cli.session.template import Template
+from cascade_cli.store.address import address
 
 
 @dataclass
@@ -46,13 +44,10 @@ class Prompt:
         return sum(len(b.tokens) for b in self.blocks) + len(self.tail)
 
 
-def address(fingerprint: str, parent: str, tokens: list[int]) -> str:
-    """A block's content address: the tokens and everything before them, for one model."""
-    h = hashlib.sha256()
-    h.update(fingerprint.encode())
-    h.update(b"\0" + parent.encode() + b"\0")
-    h.update(np.asarray(tokens, dtype="<i4").tobytes())
-    return h.hexdigest()
+def block_address(fingerprint: str, parent: str, tokens: list[int]) -> str:
+    """A block's content address: the tokens and everything before them, for one model (the
+    same digest the blocks of earlier releases were stored under)."""
+    return address(fingerprint, parent, tokens)
 
 
 def salted(fingerprint: str, salt: str) -> str:
@@ -60,7 +55,7 @@ def salted(fingerprint: str, salt: str) -> str:
     differs from an unsalted (or otherwise salted) request's, so no block is shared."""
     if not salt:
         return fingerprint
-    return f"{fingerprint}\0salt:{hashlib.sha256(salt.encode()).hexdigest()}"
+    return f"{fingerprint}\0salt:{address(salt)}"
 
 
 def _role(m: Message) -> str:
@@ -130,13 +125,13 @@ def chain(
     for turn, (tokens, text) in enumerate(finished):
         pieces = cut(tokens, block) if turn else [tokens]
         for piece in pieces:
-            parent = address(fingerprint, parent, piece)
+            parent = block_address(fingerprint, parent, piece)
             words = text if len(pieces) == 1 else detokenize(piece)
             blocks.append(Block(parent, piece, words, turn))
     pieces = cut(open_turn, block)
     tail = pieces.pop() if pieces else []
     for piece in pieces:
-        parent = address(fingerprint, parent, piece)
+        parent = block_address(fingerprint, parent, piece)
         blocks.append(Block(parent, piece, detokenize(piece), len(finished)))
     return blocks, tail
 
@@ -159,7 +154,7 @@ def finished_turn(
     parent = blocks[-1].hash if blocks else ""
     out: list[Block] = []
     for piece in pieces[stored:]:
-        parent = address(fingerprint, parent, piece)
+        parent = block_address(fingerprint, parent, piece)
         if len(pieces) > 1:
             words = tpl.model.detokenize(piece)
         else:

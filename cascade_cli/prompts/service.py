@@ -25,7 +25,7 @@ from cascade_cli.prompts import catalog
 from cascade_cli.prompts.blocks import Blocks
 from cascade_cli.prompts.render import (
     Block,
-    address,
+    block_address,
     chain,
     cut,
     salted,
@@ -35,13 +35,11 @@ from cascade_cli.prompts.reply import Replier, Run
 from cascade_cli.prompts.types import Message, Params, Reply, Stop, never
 from cascade_cli.session.layout import lay_out
 from cascade_cli.session.pages import Page, Pages
-from cascade_cli.session.state import DEFAULTS
 from cascade_cli.session.template import template
 
 log = logging.getLogger(__name__)
 
 #: Tokens kept free for a reply when the request names no max_tokens.
-DEFAULT_REPLY = 512
 #: Positions kept past the reply for re-decoding its tail as the client's text tokenizes.
 FIX_ROOM = 8
 #: Requests between two checks of the stored conversations against api_cache_budget (also
@@ -63,7 +61,7 @@ class PromptService(Replier):
         self.think = ctx.model.think  # the setting; a request may ask otherwise (Params.think)
         self.tpl = template(ctx.model)
         self.window = window or lib.settings.gpu_cache_size
-        self.system = str(DEFAULTS["system"]) if system is None else system
+        self.system = lib.settings.system if system is None else system
         lib.recall.check(lib.settings.recall)  # at start, not on the first long conversation
         self.pages = Pages(ctx, lib, self.window, stash=True)  # conversations take turns
         self.fingerprint = self.pages.fingerprint
@@ -125,7 +123,7 @@ class PromptService(Replier):
         blocks: list[Block] = []
         parent = "raw"
         for piece in pieces:
-            parent = address(run.fingerprint, parent, piece)
+            parent = block_address(run.fingerprint, parent, piece)
             blocks.append(Block(parent, piece, "", 1))
         pages = self.blocks.pages(blocks, root=blocks[0].hash if blocks else "")
         run.prompt_tokens = len(tokens)
@@ -161,7 +159,7 @@ class PromptService(Replier):
 
     def _reserve(self, params: Params) -> int:
         """The planner's rule; the reply's closing tokens and FIX_ROOM come after it."""
-        wanted = DEFAULT_REPLY if params.max_tokens is None else params.max_tokens
+        wanted = self.lib.settings.max_tokens if params.max_tokens is None else params.max_tokens
         return reserve(wanted, self.window, len(self.tpl.close()) + FIX_ROOM)
 
     def _apply(self, run: Run, target: list[Page], room: int) -> None:

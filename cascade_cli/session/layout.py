@@ -11,13 +11,10 @@ in it.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from cascade_cli.paging import catalog as docs
 from cascade_cli.paging.library import Library
@@ -39,6 +36,7 @@ from cascade_cli.recall.rerank import token_span
 from cascade_cli.recall.select import Hit
 from cascade_cli.session.pages import Page
 from cascade_cli.session.template import Template
+from cascade_cli.store.address import address
 
 
 @dataclass
@@ -122,7 +120,7 @@ def note(
 
 
 def _note_key(tokens: Sequence[int]) -> str:
-    return "quote:" + hashlib.sha1(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:16]
+    return "quote:" + address(list(tokens))
 
 
 def lay_out(
@@ -148,6 +146,7 @@ def lay_out(
     req = Request(
         window=window, head=system.n, tail=tail, query=query, mode=lib.settings.recall,
         history=[t for t, _ in history], sources=sources, order="document", prepare=prepare,
+        quote=lib.settings.quote,
     )  # fmt: skip
     laid = plan(lib.recall, req)
     by_key = {t.key: p for t, p in history}
