@@ -15,16 +15,22 @@ from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import Answer, err, out, settings, shown
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError, NotFoundError, check_name
-from cascade_cli.paging import shared
-from cascade_cli.paging.ask import QUOTE, AskResult, ask
+from cascade_cli.paging import collection, shared
+from cascade_cli.paging.ask import AskResult, ask
+from cascade_cli.paging.catalog import Document
 from cascade_cli.paging.library import Library
-from cascade_cli.recall.select import QUOTES
 from cascade_cli.store.index import INDEX
 
 
 def ask_cmd(
-    doc: Annotated[str, typer.Argument(help="Ingested document name, or its file path.")],
+    doc: Annotated[
+        str, typer.Argument(help="Ingested document or collection name, or a file's path.")
+    ],
     question: Annotated[str, typer.Argument(help="The question.")],
+    more: Annotated[
+        list[str] | None,
+        typer.Option("--doc", help="Another document or collection to ask too (repeatable)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     top_k: Annotated[
         int,
@@ -35,33 +41,45 @@ def ask_cmd(
         ),
     ] = 0,
     neighbors: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--neighbors",
-            help="Chunks added beyond a hit whose best passage touches its chunk's edge.",
+            help="Chunks added beyond a hit whose best passage touches its chunk's edge "
+            "(setting neighbors, default 1).",
             min=0,
         ),
-    ] = 1,
+    ] = None,
     quote: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--quote",
             help="Passage quoted again before the question: best (the best hit's, if any "
-            "method ranks it first), agree (if all do), tops (each method's first), off.",
+            "method ranks it first), agree (if all do), tops (each method's first), off "
+            "(setting quote, default best).",
         ),
-    ] = QUOTE,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest answer.", min=1)] = 256,
-    temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.", min=0.0)] = 0.0,
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens", help="Longest answer (setting ask_tokens, default 256).", min=1
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            "--temperature", help="0 = greedy (setting ask_temperature, default 0).", min=0.0
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
     repeat_penalty: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--repeat-penalty",
             help="Penalty on tokens repeated in the last 64; 1.0 = off (a penalty garbles "
-            "numbers with repeated digits).",
+            "numbers with repeated digits; setting repeat_penalty).",
             min=0.0,
         ),
-    ] = 1.0,
+    ] = None,
     rerank: opt.Rerank = None,
     think: opt.Think = None,
     repeat_guard: opt.RepeatGuard = None,
@@ -102,18 +120,22 @@ def ask_cmd(
             repeat_guard=repeat_guard,
             rerank=rerank,
             think=think,
+            quote=quote,
+            neighbors=neighbors,
+            ask_tokens=max_tokens,
+            ask_temperature=temperature,
+            repeat_penalty=repeat_penalty,
         )
     )
     sampling = SamplerSettings(
-        temperature=temperature,
+        temperature=cfg.ask_temperature,
         seed=0xFFFFFFFF if seed is None else seed,
-        repeat_penalty=repeat_penalty,
+        repeat_penalty=cfg.repeat_penalty,
         guard=cfg.repeat_guard,
     )
-    if quote not in QUOTES:
-        raise InputError(f"unknown --quote '{quote}'", f"Use one of: {', '.join(QUOTES)}.")
     if not cfg.remote_cache_url:
-        require_document(cfg, doc)  # before the model loads
+        for ref in [doc, *(more or [])]:
+            require_document(cfg, ref)  # before the model loads
     # a reader beside a writer; a new home asking a published document creates its store
     fresh = cfg.remote_cache_url and not (cfg.disk_cache_path / INDEX).exists()
     with (
@@ -124,27 +146,21 @@ def ask_cmd(
         Library(cfg, ctx, mode="write" if fresh else "shared", embed_path=embed_path(cfg)) as lib,
     ):
         lib.recall.preload()
-        try:
-            document = lib.find(doc)
-        except NotFoundError:
-            if lib.remote is None:
-                raise
-            # published by another machine: its name becomes a catalog row here
-            document = shared.pull(lib, check_name(doc, "document", "cascade ask manual '…'"))
-        result = AskResult(doc=document.name)
+        documents = _documents(lib, [doc, *(more or [])])
+        result = AskResult(doc=doc if len(documents) > 1 else documents[0].name)
         stream = ask(
             ctx,
             lib,
-            document,
+            documents,
             question,
             result,
             window=cfg.gpu_cache_size,
             mode=cfg.recall,
             top_k=top_k,
-            neighbors=neighbors,
-            quote=quote,
+            neighbors=cfg.neighbors,
+            quote=cfg.quote,
             rerank=cfg.rerank,
-            max_tokens=max_tokens,
+            max_tokens=cfg.ask_tokens,
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
         )
@@ -170,6 +186,22 @@ def ask_cmd(
         )
 
 
+def _documents(lib: Library, refs: list[str]) -> list[Document]:
+    """The documents the refs name (a collection's files; no document twice). A name the store
+    lacks may be one another machine published (with --remote): pulled into the catalog."""
+    found: dict[int, Document] = {}
+    for ref in refs:
+        try:
+            docs = collection.documents_of(lib.conn, ref)
+        except NotFoundError:
+            if lib.remote is None:
+                raise
+            # published by another machine: its name becomes a catalog row here
+            docs = [shared.pull(lib, check_name(ref, "document", "cascade ask manual '…'"))]
+        found.update((d.id, d) for d in docs)
+    return list(found.values())
+
+
 def _cited(source: dict[str, Any]) -> str:
     """One source as a person reads it: `persuasion.txt lines 120–160 (quoted)`."""
     where_ = []
@@ -183,4 +215,7 @@ def _cited(source: dict[str, Any]) -> str:
     if not where_:
         where_.append("chunk " + ", ".join(str(c) for c in source["chunks"]))
     name = source["path"].rsplit("/", 1)[-1] or source["doc"]
+    _, _, rel = source["doc"].partition("/")
+    if rel and source["path"].endswith("/" + rel):  # a collection's file: its path in the tree
+        name = rel
     return f"{name} {', '.join(where_)}" + (" (quoted)" if source["quoted"] else "")

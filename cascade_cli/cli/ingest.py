@@ -16,9 +16,11 @@ from rich.progress import (
 )
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.ingest_tree import ingest_dir
 from cascade_cli.cli.interrupt import Deferred
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
+from cascade_cli.config import parse_size
 from cascade_cli.documents import Extracted, extract
 from cascade_cli.errors import CascadeError, InputError, StoreError, check_name
 from cascade_cli.paging import shared
@@ -68,11 +70,21 @@ class _LazyBar:
 def ingest_cmd(
     files: Annotated[
         list[Path],
-        typer.Argument(help="Files to ingest: PDF, EPUB, HTML, Markdown, plain text or code."),
+        typer.Argument(
+            help="Files to ingest (PDF, EPUB, HTML, Markdown, plain text or code), or one folder."
+        ),
     ],
     name: Annotated[
-        str | None, typer.Option("--name", help="Name to store the document under (one file).")
+        str | None,
+        typer.Option("--name", help="Name to store the document (one file) or collection under."),
     ] = None,
+    max_file_size: Annotated[
+        str,
+        typer.Option("--max-file-size", help="A folder's files past this size are skipped."),
+    ] = "16MiB",
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="List the files a folder's ingest skipped.")
+    ] = False,
     encoding: Annotated[
         str,
         typer.Option("--encoding", help="Text encoding of text files (and of undeclared HTML)."),
@@ -100,7 +112,12 @@ def ingest_cmd(
     again. With --remote, its chunks are also published. A file that cannot be
     read is reported in one line and skipped; the others are still ingested.
 
-    Example: cascade ingest book.epub manual.pdf
+    A folder becomes a collection named after it (each text file under it a
+    document, its path relative to the folder): .gitignore files are honoured,
+    .git, dependency and build folders, binary, special and oversized files are
+    skipped, and ingesting it again only reads what changed.
+
+    Example: cascade ingest book.epub manual.pdf; cascade ingest ~/src/myrepo
 
     See docs/commands.md."""
     if name is not None and not name.strip():
@@ -109,11 +126,14 @@ def ingest_cmd(
         raise InputError(
             "--name needs exactly one file", "Ingest files one at a time to name them."
         )
+    folder = len(files) == 1 and files[0].is_dir()
     for f in files:
-        if not f.is_file():
-            raise InputError(f"{f} is not a readable file", "Check the path.")
-        check_name(name or f.stem, "document", "--name notes")
-    sources, failed = _extract_all(files, encoding)
+        if f.is_dir() and not folder:
+            raise InputError(f"{f} is a folder among files", "Ingest a folder on its own.")
+        if not f.is_dir() and not f.is_file():
+            raise InputError(f"{f} is not a readable file or folder", "Check the path.")
+        if not folder:
+            check_name(name or f.stem, "document", "--name notes")
     cfg = settings(
         opt.flags(
             block_size=block_size,
@@ -130,6 +150,10 @@ def ingest_cmd(
             remote_cache_url=remote,
         )
     )
+    if folder:
+        size = parse_size(max_file_size, "--max-file-size")
+        return ingest_dir(cfg, files[0], name, encoding, size, verbose)
+    sources, failed = _extract_all(files, encoding)
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size) as ctx,

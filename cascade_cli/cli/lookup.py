@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from cascade_cli.config import Settings
 from cascade_cli.errors import NotFoundError
-from cascade_cli.paging import catalog
+from cascade_cli.paging import collection
 from cascade_cli.store import DiskStore
 
 
 def require_document(cfg: Settings, ref: str) -> None:
-    """NotFoundError (exit 6) unless the store holds a ready document named or located `ref`."""
+    """NotFoundError (exit 6) unless the store holds a ready document named or located `ref`, or
+    a collection of that name with a ready file."""
     try:
         store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
     except NotFoundError:
@@ -18,4 +19,4 @@ def require_document(cfg: Settings, ref: str) -> None:
             f"Run `cascade ingest {ref}` first.",
         ) from None
     with store:
-        catalog.find(store.conn, ref)
+        collection.documents_of(store.conn, ref)

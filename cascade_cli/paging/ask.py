@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.reasoning import Thought
@@ -30,7 +31,7 @@ Notice = Callable[[str], None]
 #: their room in the layout, and stay where nothing could be scored. Off by default: on held-out
 #: books it quoted the answer less often than `tops` (4 vs 6 of 37) and cost more than the rest
 #: of the ask (BENCHMARKS.md, issue 20).
-RERANK = "off"
+RERANK = Settings.rerank  # the setting's default (config.py)
 
 
 def quiet(message: str) -> None:
@@ -82,7 +83,7 @@ def ensure_indexed(
 def plan(
     ctx: Context,
     lib: Library,
-    doc: catalog.Document,
+    doc: catalog.Document | Sequence[catalog.Document],
     question: str,
     window: int,
     mode: str,
@@ -95,16 +96,17 @@ def plan(
     notice: Notice = quiet,
     found: list[Hit] | None = None,
     picked: list[Quote] | None = None,
-) -> tuple[list[int], list[int]]:
-    """(chunk indices to page in, in window order; question tokens): the planner's layout
-    (paging/plan.py) for a question about `doc`, with `reserve` positions left for the answer.
+) -> tuple[list[tuple[str, int]], list[int]]:
+    """((owner, chunk index) of the chunks to page in, in window order; question tokens): the
+    planner's layout (paging/plan.py) for a question about `doc` (one document or several: one
+    ranking across them), with `reserve` positions left for the answer.
     The quoted passages are appended to `quoted`; `found` receives the fused hits (the rerank
     step scores their passages)."""
     fr = frame(ctx.model)
     bare = question_tokens(ctx.model, fr, question)
     req = Request(
         window=window, head=len(fr.prefix), tail=len(bare) + reserve, query=question, mode=mode,
-        sources=[lib.source(doc)], fill=True, top_k=top_k, neighbors=neighbors, order=order,
+        sources=[lib.source(d) for d in _listed(doc)], fill=True, top_k=top_k, neighbors=neighbors, order=order,
         quote=quote,
     )  # fmt: skip
     laid = layout(lib.recall, req)
@@ -118,13 +120,17 @@ def plan(
         quoted.extend(evidence)
     if picked is not None:
         picked.extend(laid.quotes)
-    return [c for _, c in laid.recalled], q
+    return list(laid.recalled), q
+
+
+def _listed(doc: catalog.Document | Sequence[catalog.Document]) -> list[catalog.Document]:
+    return [doc] if isinstance(doc, catalog.Document) else list(doc)
 
 
 def _place(
     lib: Library,
     win: Window,
-    chosen: list[int],
+    chosen: list[dict[str, Any]],
     metas: list[ChunkMeta],
     warm: set[str],
     fresh: dict[str, Any],
@@ -138,7 +144,7 @@ def _place(
     restored = 0
     if win.recurrent:
         return _prefill(lib, win, chosen, metas, warm, result), None
-    for idx, meta in zip(chosen, metas, strict=True):
+    for entry, meta in zip(chosen, metas, strict=True):
         if meta.key in fresh:
             win.place(fresh[meta.key])
             tier = "recomputed"
@@ -148,16 +154,16 @@ def _place(
                 restored += win.place(state)
             except StoreError:  # damaged, or gone from the remote tier as well
                 return restored, meta
-            tier = lib.pager.origin(meta.key) or ("ram" if meta.key in warm else "disk")
+            tier = lib.pager.tier(meta.key, meta.key in warm)
         tier = seen.setdefault(meta.key, tier)
-        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+        result.chunks.append({**entry, "tier": tier})
     return restored, None
 
 
 def _prefill(
     lib: Library,
     win: Window,
-    chosen: list[int],
+    chosen: list[dict[str, Any]],
     metas: list[ChunkMeta],
     warm: set[str],
     result: AskResult,
@@ -166,18 +172,18 @@ def _prefill(
     whole state after the sink and that chunk, so it is restored when the chunk comes right
     after the sink; every other chunk is decoded (tier `prefill`). Tokens restored."""
     restored = 0
-    for idx, meta in zip(chosen, metas, strict=True):
+    for entry, meta in zip(chosen, metas, strict=True):
         tier = "prefill"
         if win.end == meta.pos and not result.chunks:
             try:
                 win.restore(lib.pager.get(meta.key), [*win.history, *meta.tokens.tolist()])
-                tier = lib.pager.origin(meta.key) or ("ram" if meta.key in warm else "disk")
+                tier = lib.pager.tier(meta.key, meta.key in warm)
                 restored += meta.n_tokens
             except StoreError:
                 tier = "prefill"
         if tier == "prefill":
             win.append(meta.tokens.tolist())
-        result.chunks.append({"index": idx, "tokens": meta.n_tokens, "tier": tier})
+        result.chunks.append({**entry, "tier": tier})
     lib.disk.stats.add("prefill", "hits", sum(c["tier"] == "prefill" for c in result.chunks))
     return restored
 
@@ -197,7 +203,7 @@ def far_from_the_end(
 def ask(
     ctx: Context,
     lib: Library,
-    doc: catalog.Document,
+    doc: catalog.Document | Sequence[catalog.Document],
     question: str,
     result: AskResult,
     *,
@@ -208,17 +214,21 @@ def ask(
     order: str = ORDER,
     quote: str = QUOTE,
     rerank: str = RERANK,
-    max_tokens: int = 256,
+    max_tokens: int = Settings.ask_tokens,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry"),
     notice: Notice = quiet,
 ) -> Iterator[str]:
-    """Stream the answer; `result` is filled with chunks and timings as it goes.
+    """Stream the answer about `doc` (one document, or several: a collection's files, ranked
+    together); `result` is filled with chunks and timings as it goes.
 
     Answers quote the document, so no repeat penalty by default: with llama.cpp's usual 1.1 the
     needle benchmark's keys 86387 and 27455 came out as 86392 and 27456 (a repeated digit
     penalised); without it, 86387 and 27455. The repetition guard (`sampling.guard`, 'dry' by
     default) keeps the answer from looping and leaves numbers alone."""
-    ensure_indexed(ctx, lib, doc, notice)
+    docs = _listed(doc)
+    by_owner = {d.owner: d for d in docs}
+    for d in docs:
+        ensure_indexed(ctx, lib, d, notice)
     t0 = time.perf_counter()
     reserve = reserve_for(max_tokens, window)
     win = Window(ctx, window)
@@ -226,20 +236,27 @@ def ask(
     hits: list[Hit] = []
     quotes: list[Quote] = []
     chosen, q = plan(
-        ctx, lib, doc, question, window, mode, top_k, reserve, neighbors, order, quote,
+        ctx, lib, docs, question, window, mode, top_k, reserve, neighbors, order, quote,
         result.passages, notice, hits, quotes,
     )  # fmt: skip
     t_recall = time.perf_counter() - t_recall
-    keys = [doc.chunk_key(i) for i in chosen]
-    try:
-        metas = [lib.chunk_meta(doc, i) for i in chosen]
-    except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
-        gone = set(keys) & lib.disk.evicted(doc.owner)
-        why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
-        raise NotFoundError(
-            f"'{doc.name}' is missing chunks in the store ({why})",
-            f"Run `cascade ingest {doc.path}` again: it recomputes the missing chunks.",
-        ) from None
+    keys = [by_owner[o].chunk_key(i) for o, i in chosen]
+    metas = []
+    for o, i in chosen:
+        d = by_owner[o]
+        try:
+            metas.append(lib.chunk_meta(d, i))
+        except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
+            gone = set(keys) & lib.disk.evicted(d.owner)
+            why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
+            raise NotFoundError(
+                f"'{d.name}' is missing chunks in the store ({why})",
+                f"Run `cascade ingest {d.path}` again: it recomputes the missing chunks.",
+            ) from None
+    entries = [
+        {**({"doc": by_owner[o].name} if len(docs) > 1 else {}), "index": i, "tokens": m.n_tokens}
+        for (o, i), m in zip(chosen, metas, strict=True)
+    ]
     warm = {k for k in keys if k in lib.ram}
     prefix = frame(ctx.model).prefix
     at = {}  # where each chunk will sit: decoded there directly, not shifted afterwards
@@ -259,19 +276,19 @@ def ask(
     sink_tier = ""
     seen: dict[str, str] = {}
     while True:
-        tier = place_sink(lib, win, prefix, doc.scheme)
+        tier = place_sink(lib, win, prefix, docs[0].scheme)
         sink_tier = sink_tier or tier  # the first pass's: later ones find it in RAM
-        restored, damaged = _place(lib, win, chosen, metas, warm, fresh, result, seen, slim)
+        restored, damaged = _place(lib, win, entries, metas, warm, fresh, result, seen, slim)
         if damaged is None:
             break
         # never serve bad bytes: recompute the chunk where ingest made it, then start over
-        fresh[damaged.key] = recompute(ctx, lib, doc, damaged)
+        fresh[damaged.key] = recompute(ctx, lib, by_owner[damaged.owner], damaged)
         win.reset()
     result.sink = {"tokens": len(prefix), "tier": sink_tier}
     recomputed = sum(m.n_tokens for m in metas if m.key in fresh)
     lib.disk.stats.add("window", "misses", len(chosen))
     t_restore = time.perf_counter() - t_plan
-    placed = [(i, m, at[m.key]) for i, m in zip(chosen, metas, strict=True) if m.key in at]
+    placed = [(i, m, at[m.key]) for (_, i), m in zip(chosen, metas, strict=True) if m.key in at]
     copy = None
     room = window - win.end - reserve
     picked = quotes[0] if len(quotes) == 1 else None
@@ -282,7 +299,7 @@ def ask(
         made = copied_quote(ctx, win, picked, placed, question, room)
         if made is not None:
             q, copy = made
-    quoted = [picked.chunk] if picked is not None else [x.chunk for x in quotes]
+    quoted = [picked] if picked is not None else quotes
     if copy is not None:
         win.append_copying(q, *copy, logits="last")
     else:
@@ -309,7 +326,11 @@ def ask(
     gen_time = max(total - (first or total), 1e-9)
     result.answer = "".join(pieces)
     # after the answer: where it came from costs nothing before the first token
-    result.sources = locations.sources(lib.conn, doc, chosen, quoted if result.passages else [])
+    result.sources = []
+    for d in dict.fromkeys(by_owner[o] for o, _ in chosen):  # in the order recalled
+        mine = [i for o, i in chosen if o == d.owner]
+        marked = [x.chunk for x in quoted if x.owner == d.owner] if result.passages else []
+        result.sources += locations.sources(lib.conn, d, mine, marked)
     result.reasoning = "".join(thought).strip()
     result.timings = {
         "ttft_s": round(first or total, 4),

@@ -39,13 +39,13 @@ def rerank_quote(
     timings["rerank_s"]."""
     t0 = time.perf_counter()
     chosen = None
-    held = {idx for idx, _, _ in placed}
 
     def quote_of(hit: Hit) -> str:
+        held = {idx for idx, meta, _ in placed if meta.owner == hit.owner}
         return lib.recall.quote_text(hit, question, QUOTE_WORDS, held) if hit.chunk in held else ""
 
     def cells_of(hit: Hit, text: str) -> tuple[int, int] | None:
-        found = _cells(ctx, placed, hit.chunk, unmarked(text)[0], rerank.held_span)
+        found = _cells(ctx, placed, hit.owner, hit.chunk, unmarked(text)[0], rerank.held_span)
         return None if found is None else (found[1] + found[2], found[1] + found[3])
 
     scorable = ctx.layout != "iswa" and ctx.n_seq_max >= 2  # a spare sequence to score in
@@ -73,6 +73,7 @@ def rerank_quote(
 def _cells(
     ctx: Context,
     placed: Sequence[tuple[int, ChunkMeta, int]],
+    owner: str,
     chunk: int,
     text: str,
     find: Callable[[Model, Sequence[int], str], tuple[int, int] | None] = rerank.token_span,
@@ -82,7 +83,7 @@ def _cells(
     neighbours restored right before and after it (a passage across a chunk edge continues);
     None where the window does not hold it. The rerank scores what the window holds of a
     quote (rerank.held_span); a copy needs all of it."""
-    where = {idx: (meta, at) for idx, meta, at in placed}
+    where = {idx: (meta, at) for idx, meta, at in placed if meta.owner == owner}
     if chunk not in where:
         return None
     meta, start = where[chunk]
@@ -112,7 +113,7 @@ def copied_quote(
     if not win.copies:
         return None
     text, cut_start, cut_end = unmarked(quote.text)
-    found = _cells(ctx, placed, quote.chunk, text)
+    found = _cells(ctx, placed, quote.owner, quote.chunk, text)
     if found is None:
         return None
     run, start, a, b = found

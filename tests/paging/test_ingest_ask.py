@@ -76,7 +76,8 @@ def test_recall_includes_needle_chunk(
     hits = {c for c, _, _, t, _ in passage_rows(home, doc.id) if "48213" in t}
     assert len(hits) == 1 and 0 < min(hits) < doc.chunks - 1
     for mode in ("bm25", "hybrid", "semantic"):
-        chosen, q = plan(ctx, lib, doc, "What is the pass key?", WINDOW, mode, 2, 16)
+        pairs, q = plan(ctx, lib, doc, "What is the pass key?", WINDOW, mode, 2, 16)
+        chosen = [i for _, i in pairs]
         assert q and len(set(chosen)) == len(chosen) and 0 < len(chosen) <= 3, (mode, chosen)
         assert all(0 <= i < doc.chunks for i in chosen)
         assert len(frame(ctx.model).prefix) + BLOCK * len(chosen) + len(q) + 16 <= WINDOW

@@ -1,0 +1,164 @@
+"""Which files of a directory tree become documents of a collection, and which are skipped, why.
+
+`walk(root)` lists the regular files under `root` that a person would call the tree's text:
+it honours every `.gitignore` in the tree (and `.git/info/exclude`) with pathspec's Git
+matcher, the deeper file deciding first as Git does; skips `.git` and the usual build and
+dependency folders; never follows a symbolic link to a directory (so a link loop cannot trap
+it) nor a link to a file outside the tree; and skips FIFOs, sockets and devices, files past a
+size limit, binary files (NUL bytes in their first 8 KiB, unless PDF or EPUB) and files it
+cannot read. Nothing here reads more than a file's first bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+from cascade_cli.documents.formats import sniff
+from cascade_cli.errors import InputError
+
+#: Folders never walked into: version control, dependencies, builds, caches, virtualenvs.
+SKIP_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".bzr", "node_modules", "bower_components", "__pycache__",
+    ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    ".cache", ".gradle", ".idea", ".vscode", "build", "dist", "target", "out",
+    ".eggs", ".next", ".nuxt", ".terraform", "vendor", "Pods", "DerivedData",
+})  # fmt: skip
+#: The largest file a collection takes by default (`--max-file-size`).
+MAX_FILE = 16 << 20
+#: Bytes looked at to tell a binary file.
+SNIFF = 8192
+#: Reasons a file is skipped, in the order the summary names them.
+REASONS = ("ignored", "binary", "too large", "unreadable", "special", "outside", "symlink")
+
+
+@dataclass
+class Walk:
+    """The files to ingest (absolute path, path relative to the root in POSIX form), sorted by
+    relative path, and the skipped ones by reason."""
+
+    files: list[tuple[Path, str]] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+
+    def skip(self, reason: str, rel: str) -> None:
+        self.skipped.setdefault(reason, []).append(rel)
+
+    def summary(self) -> str:
+        """`skipped 12 binary, 3 ignored, 1 too large` ('' when nothing was skipped); folders
+        skipped whole (`.git`, `node_modules`, …) are not counted."""
+        parts = [f"{len(self.skipped[r])} {r}" for r in REASONS if self.skipped.get(r)]
+        return f"skipped {', '.join(parts)}" if parts else ""
+
+
+@dataclass
+class _Rules:
+    """The ignore files that apply in one folder: (folder relative to the root, matcher)."""
+
+    specs: list[tuple[str, pathspec.PathSpec]]
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        for base, spec in reversed(self.specs):  # the deepest .gitignore decides first
+            sub = rel[len(base) + 1 :] if base else rel
+            res = spec.check_file(sub + "/" if is_dir else sub)
+            if res.include is not None:
+                return bool(res.include)
+        return False
+
+
+def _spec(path: Path) -> pathspec.PathSpec | None:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def walk(root: Path, max_bytes: int = MAX_FILE) -> Walk:
+    """The tree's files and skips (see the module's docstring); an InputError when `root` is
+    not a readable directory."""
+    if not root.is_dir():
+        raise InputError(f"{root} is not a directory", "Pass a folder, or a file to ingest.")
+    top = root.resolve()
+    out = Walk()
+    base: list[tuple[str, pathspec.PathSpec]] = []
+    exclude = _spec(top / ".git" / "info" / "exclude")
+    if exclude is not None:
+        base.append(("", exclude))
+    for folder, rules, files in _folders(top, _Rules(base), out):
+        for name in files:
+            rel = f"{folder}/{name}" if folder else name
+            if rules.ignored(rel, False):
+                out.skip("ignored", rel)
+                continue
+            reason = _check(top, top / rel, max_bytes)
+            if reason:
+                out.skip(reason, rel)
+            else:
+                out.files.append((top / rel, rel))
+    out.files.sort(key=lambda f: f[1])
+    return out
+
+
+def _folders(top: Path, rules: _Rules, out: Walk) -> Iterator[tuple[str, _Rules, list[str]]]:
+    """(folder relative to `top`, its rules, its file names) for every folder walked."""
+
+    def failed(exc: OSError) -> None:
+        name = Path(exc.filename or "").resolve()
+        rel = name.relative_to(top).as_posix() if name.is_relative_to(top) else str(name)
+        out.skip("unreadable", rel)
+
+    found: dict[str, _Rules] = {"": rules}
+    for path, dirs, files in os.walk(top, topdown=True, onerror=failed, followlinks=False):
+        folder = Path(path).relative_to(top).as_posix()
+        folder = "" if folder == "." else folder
+        here = found.pop(folder)
+        if ".gitignore" in files:
+            spec = _spec(Path(path) / ".gitignore")
+            if spec is not None:
+                here = _Rules([*here.specs, (folder, spec)])
+        keep = []
+        for d in sorted(dirs):
+            rel = f"{folder}/{d}" if folder else d
+            if d in SKIP_DIRS:
+                continue
+            if os.path.islink(os.path.join(path, d)):
+                out.skip("symlink", rel)  # never followed: no loops, nothing outside
+            elif here.ignored(rel, True):
+                out.skip("ignored", rel + "/")
+            else:
+                keep.append(d)
+                found[rel] = here
+        dirs[:] = keep
+        yield folder, here, sorted(files)
+
+
+def _check(top: Path, path: Path, max_bytes: int) -> str:
+    """Why `path` is skipped, or ''."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            real = path.resolve(strict=True)
+            if not real.is_relative_to(top):
+                return "outside"
+            st = os.stat(real)
+        if not stat.S_ISREG(st.st_mode):
+            return "special"  # a FIFO, socket or device: reading it could block forever
+        if st.st_size > max_bytes:
+            return "too large"
+        with path.open("rb") as fh:
+            first = fh.read(SNIFF)
+    except (OSError, RuntimeError):  # gone, no permission, a link loop
+        return "unreadable"
+    if b"\x00" in first:
+        try:
+            if sniff(path, first) in ("pdf", "epub"):
+                return ""
+        except InputError:
+            pass
+        return "binary"
+    return ""

@@ -1,0 +1,197 @@
+"""Collections: a directory ingested under one name, each of its files a document of its own.
+
+A file `src/app.py` of the collection `repo` is the document `repo/src/app.py` (versions, resume
+and the disk budget work per file, as for any document); the `collections` table remembers the
+root. Ingesting the directory again is incremental: a file whose bytes hash as its ready
+version's did is kept without being read further, a changed one gets a new version (the old
+one goes when the new one is ready), a deleted one is dropped — each file's change is its own
+catalog commit, so a run killed anywhere resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cascade_cli.documents import extract
+from cascade_cli.documents.tree import Walk
+from cascade_cli.engine import Context
+from cascade_cli.errors import CascadeError, NotFoundError
+from cascade_cli.paging import catalog
+from cascade_cli.paging.ask import Notice, quiet
+from cascade_cli.paging.ingest import Progress, ingest
+from cascade_cli.paging.library import Library
+from cascade_cli.paging.prompt import frame
+from cascade_cli.store import register_migrations
+
+
+def m001_collections(conn: sqlite3.Connection) -> None:
+    """One row per collection: its name and the directory it was ingested from."""
+    conn.execute(
+        "CREATE TABLE collections (name TEXT PRIMARY KEY, root TEXT NOT NULL,"
+        " created REAL NOT NULL, updated REAL NOT NULL)"
+    )
+
+
+register_migrations("collections", [m001_collections])
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str
+    root: str
+    created: float
+    updated: float
+
+
+def member(name: str, rel: str) -> str:
+    """The document name of file `rel` (POSIX, relative to the root) of collection `name`."""
+    return f"{name}/{rel}"
+
+
+def _has_table(conn: sqlite3.Connection) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'collections'").fetchone()
+        is not None
+    )
+
+
+def find(conn: sqlite3.Connection, name: str) -> Collection | None:
+    """The collection called `name`, or None."""
+    if not _has_table(conn):
+        return None
+    row = conn.execute(
+        "SELECT name, root, created, updated FROM collections WHERE name = ?", (name,)
+    ).fetchone()
+    return Collection(*row) if row else None
+
+
+def collections(conn: sqlite3.Connection) -> list[Collection]:
+    if not _has_table(conn):
+        return []
+    rows = conn.execute("SELECT name, root, created, updated FROM collections ORDER BY name")
+    return [Collection(*r) for r in rows]
+
+
+def members(conn: sqlite3.Connection, name: str, ready: bool = True) -> list[catalog.Document]:
+    """The newest version of each document of the collection (only ready ones by default)."""
+    prefix = name + "/"
+    newest: dict[str, catalog.Document] = {}
+    for d in catalog.documents(conn, include_partial=not ready):
+        if d.name.startswith(prefix) and (
+            d.name not in newest or d.version > newest[d.name].version
+        ):
+            newest[d.name] = d
+    return sorted(newest.values(), key=lambda d: d.name)
+
+
+def documents_of(conn: sqlite3.Connection, ref: str) -> list[catalog.Document]:
+    """The documents `ref` names: a collection's ready members, else the one document."""
+    coll = find(conn, ref)
+    if coll is None:
+        return [catalog.find(conn, ref)]
+    docs = members(conn, ref)
+    if not docs:
+        raise NotFoundError(
+            f"the collection {ref!r} holds no ingested file yet",
+            f"Run `cascade ingest {coll.root}` again.",
+        )
+    return docs
+
+
+@dataclass
+class TreeResult:
+    """What one `ingest DIR` did, by file (relative paths)."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (file, the one-line error)
+    tokens: int = 0
+
+    def summary(self) -> str:
+        parts = [
+            f"{len(v)} {k}"
+            for k, v in (("added", self.added), ("changed", self.changed), ("kept", self.kept),
+                         ("dropped", self.dropped), ("failed", self.failed))
+            if v
+        ]  # fmt: skip
+        return ", ".join(parts) or "no files"
+
+
+def _sha256(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _unchanged(lib: Library, ctx: Context, prev: catalog.Document, path: Path) -> bool:
+    """Whether `prev`, a ready version, is what ingesting `path` now would make."""
+    cfg = lib.settings
+    return (
+        prev.status == "ready"
+        and prev.scheme == cfg.compression
+        and prev.block_size == cfg.block_size
+        and prev.window == cfg.gpu_cache_size
+        and prev.prefix_tokens == len(frame(ctx.model).prefix)
+        and _sha256(path) == prev.sha256
+    )
+
+
+def ingest_tree(
+    ctx: Context,
+    lib: Library,
+    walk: Walk,
+    root: Path,
+    name: str,
+    encoding: str,
+    progress: Callable[[str], Progress],
+    notice: Notice = quiet,
+    step: Callable[[], None] = lambda: None,
+) -> TreeResult:
+    """Ingest the files `walk` found under `root` as the collection `name` (see the module's
+    docstring). `progress(rel)` makes the progress callback of one file's ingest; `step` is
+    called between files (Ctrl-C stops there)."""
+    now = time.time()
+    with lib.disk.transaction() as conn:
+        conn.execute(
+            "INSERT INTO collections (name, root, created, updated) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (name) DO UPDATE SET root = excluded.root, updated = excluded.updated",
+            (name, str(root.resolve()), now, now),
+        )
+        before = {d.name: d for d in members(conn, name, ready=False)}
+    out = TreeResult()
+    for path, rel in walk.files:
+        step()
+        prev = before.pop(member(name, rel), None)
+        if prev is not None and _unchanged(lib, ctx, prev, path):
+            out.kept.append(rel)
+            out.tokens += prev.tokens
+            continue
+        try:
+            source = extract(path, encoding)
+        except CascadeError as exc:  # its earlier version, if any, stays
+            out.failed.append((rel, exc.one_line()))
+            continue
+        doc = ingest(
+            ctx, lib, path, member(name, rel), encoding, progress(rel), named=True,
+            notice=notice, source=source,
+        )  # fmt: skip
+        (out.added if prev is None or prev.status != "ready" else out.changed).append(rel)
+        out.tokens += doc.tokens
+    for gone in before.values():  # deleted from the tree, or skipped now
+        step()
+        for version in [d for d in catalog.documents(lib.disk.conn, True) if d.name == gone.name]:
+            lib.remove(version)
+        out.dropped.append(gone.name[len(name) + 1 :])
+    return out
