@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.cite import sources_line
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import Answer, err, out, settings, shown
@@ -174,7 +175,7 @@ def ask_cmd(
     else:
         sys.stdout.write("\n")
         if result.sources:
-            err.print("[dim]sources: " + shown(" · ".join(map(_cited, result.sources))) + "[/dim]")
+            err.print(f"[dim]{shown(sources_line(result.sources))}[/dim]")
         t = result.timings
         n = len(result.chunks)
         fed = [c for c in result.chunks if c["tier"] == "prefill"]
@@ -200,22 +201,3 @@ def _documents(lib: Library, refs: list[str]) -> list[Document]:
             docs = [shared.pull(lib, check_name(ref, "document", "cascade ask manual '…'"))]
         found.update((d.id, d) for d in docs)
     return list(found.values())
-
-
-def _cited(source: dict[str, Any]) -> str:
-    """One source as a person reads it: `persuasion.txt lines 120–160 (quoted)`."""
-    where_ = []
-    if source["page"] is not None:
-        where_.append(f"page {source['page']}")
-    if source["section"]:
-        where_.append(f"“{source['section']}”")
-    if source["lines"] and source["page"] is None:
-        first, last = source["lines"]
-        where_.append(f"line {first}" if first == last else f"lines {first}–{last}")
-    if not where_:
-        where_.append("chunk " + ", ".join(str(c) for c in source["chunks"]))
-    name = source["path"].rsplit("/", 1)[-1] or source["doc"]
-    _, _, rel = source["doc"].partition("/")
-    if rel and source["path"].endswith("/" + rel):  # a collection's file: its path in the tree
-        name = rel
-    return f"{name} {', '.join(where_)}" + (" (quoted)" if source["quoted"] else "")

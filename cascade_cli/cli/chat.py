@@ -10,16 +10,19 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.cite import sources_line
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
 from cascade_cli.cli.state import Answer, err, out, settings, shown
 from cascade_cli.errors import CascadeError, StoreLockedError
+from cascade_cli.paging import collection
 from cascade_cli.paging.library import Library
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.session.lock import lock_session
 
 HELP = (
-    "Commands: /exit, /reset (erase this session's turns), /history, /stats, /help. "
+    "Commands: /exit, /reset (erase this session's turns), /history, /stats, "
+    "/sources (where the last reply's excerpts came from), /help. "
     'End a line with \\ to continue it; \'"""\' opens a block.'
 )
 
@@ -150,6 +153,9 @@ def _loop(session: ChatSession, interactive: bool) -> None:
             _history(session)
         elif command == "/stats":
             _stats(session)
+        elif command == "/sources":
+            cited = sources_line(session.sources())
+            out.print(shown(cited or "(no document excerpts in the last reply's window)"))
         elif command == "/help":
             out.print(HELP)
         elif command.startswith("/") and " " not in command:
@@ -181,7 +187,9 @@ def chat(
     ] = None,
     doc: Annotated[
         list[str] | None,
-        typer.Option("--doc", help="Ingested document every turn may recall from (repeatable)."),
+        typer.Option(
+            "--doc", help="Document or collection every turn may recall from (repeatable)."
+        ),
     ] = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", help="Longest reply (setting max_tokens).", min=1)
@@ -272,7 +280,7 @@ def chat(
         ) as lib,
     ):
         lib.recall.preload()
-        documents = [lib.find(d) for d in doc or []]
+        documents = [d for ref in doc or [] for d in collection.documents_of(lib.conn, ref)]
         name = session_name or _fresh_name(lib, held)
         session = ChatSession(
             ctx,

@@ -14,7 +14,7 @@ from rich.table import Table
 from cascade_cli.cli import options as opt
 from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.errors import InputError, NotFoundError
-from cascade_cli.paging import catalog
+from cascade_cli.paging import catalog, collection
 from cascade_cli.session import catalog as sessions
 from cascade_cli.session import manage
 from cascade_cli.session.lock import lock_session
@@ -38,10 +38,12 @@ def docs(
 ) -> None:
     """List ingested documents: tokens, chunks, MiB, compression.
 
-    --json adds each document's source path.
+    A collection (an ingested folder) is one row with its files' totals.
+    --json lists every document with its source path, and the collections.
 
     Example: cascade docs --json"""
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
+    groups: list[dict[str, object]] = []
     try:
         store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
     except NotFoundError:
@@ -62,11 +64,14 @@ def docs(
                 }
                 for d in catalog.documents(store.conn, include_partial=True)
             ]
+            groups = _collections(store, rows)
     if as_json:
-        out.print_json(json.dumps({"documents": rows}))
+        out.print_json(json.dumps({"documents": rows, "collections": groups}))
         return
+    inside = {str(g["name"]) for g in groups}  # "name/"
+    alone = [r for r in rows if not any(str(r["name"]).startswith(c) for c in inside)]
     table = rows_table("name", "v", "status", "tokens", "chunks", "MiB", "kv")
-    for r in rows:
+    for r in sorted([*alone, *groups], key=lambda r: str(r["name"])):
         table.add_row(
             *(shown(r[c]) for c in ("name", "version", "status", "tokens", "chunks")),
             f"{int(str(r['bytes'])) / 2**20:.1f}",
@@ -74,6 +79,21 @@ def docs(
         )
     out.print(table)
     out.print(shown(f"store: {cfg.disk_cache_path}"), style="dim")
+
+
+def _collections(store: DiskStore, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each collection with its files' totals (from `rows`, the documents' rows)."""
+    out = []
+    for c in collection.collections(store.conn):
+        mine = [r for r in rows if str(r["name"]).startswith(c.name + "/")]
+        ready = sum(r["status"] == "ready" for r in mine)
+        out.append({
+            "name": f"{c.name}/", "version": "", "files": len(mine), "root": c.root,
+            "status": f"{ready} files" + (f", {len(mine) - ready} partial" if ready < len(mine) else ""),
+            **{k: sum(int(str(r[k])) for r in mine) for k in ("tokens", "chunks", "bytes")},
+            "compression": ",".join(sorted({str(r["compression"]) for r in mine})),
+        })  # fmt: skip
+    return out
 
 
 def sessions_cmd(
@@ -142,7 +162,8 @@ def _rm_session(path: Path, name: str, missing: NotFoundError) -> None:
 
 def rm(
     doc: Annotated[
-        str | None, typer.Argument(help="Document name (every version is removed).")
+        str | None,
+        typer.Argument(help="Document name (every version is removed), or a collection's."),
     ] = None,
     session: Annotated[
         str | None, typer.Option("--session", help="Remove this chat session instead.")
@@ -155,7 +176,8 @@ def rm(
 ) -> None:
     """Remove a document, a chat session or the server's conversations.
 
-    DOC: every version of the document; --session NAME: a chat session; --api:
+    DOC: every version of the document (a collection: all its files); --session
+    NAME: a chat session; --api:
     every conversation `cascade serve` stored. Their disk space is reclaimed.
 
     Example: cascade rm persuasion"""
@@ -182,12 +204,17 @@ def rm(
         return
     with DiskStore.open(cfg.disk_cache_path, None) as store:
         catalog.sweep(store)
+        group = collection.find(store.conn, str(doc))
         versions = [
             d
             for d in catalog.documents(store.conn, include_partial=True)
-            if d.name == doc or d.path in (doc, catalog.resolved(str(doc)))
+            if d.name == doc
+            or d.path in (doc, catalog.resolved(str(doc)))
+            or (group is not None and d.name.startswith(f"{group.name}/"))
         ]
-        if not versions:
+        if not versions and group is None:
             raise missing
         freed = sum(catalog.remove(store, d) for d in versions)
+        if group is not None:  # after its files: a crash in between leaves it listed, empty
+            collection.forget(store, group.name)
     out.print(shown(f"removed {doc}: {len(versions)} version(s), {freed / 2**20:.1f} MiB freed"))

@@ -326,11 +326,8 @@ def ask(
     gen_time = max(total - (first or total), 1e-9)
     result.answer = "".join(pieces)
     # after the answer: where it came from costs nothing before the first token
-    result.sources = []
-    for d in dict.fromkeys(by_owner[o] for o, _ in chosen):  # in the order recalled
-        mine = [i for o, i in chosen if o == d.owner]
-        marked = [x.chunk for x in quoted if x.owner == d.owner] if result.passages else []
-        result.sources += locations.sources(lib.conn, d, mine, marked)
+    marked = [(x.owner, x.chunk) for x in quoted] if result.passages else []
+    result.sources = locations.cite(lib.conn, docs, chosen, marked)
     result.reasoning = "".join(thought).strip()
     result.timings = {
         "ttft_s": round(first or total, 4),

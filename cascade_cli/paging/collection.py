@@ -26,7 +26,7 @@ from cascade_cli.paging.ask import Notice, quiet
 from cascade_cli.paging.ingest import Progress, ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
-from cascade_cli.store import register_migrations
+from cascade_cli.store import DiskStore, register_migrations
 
 
 def m001_collections(conn: sqlite3.Connection) -> None:
@@ -87,6 +87,12 @@ def members(conn: sqlite3.Connection, name: str, ready: bool = True) -> list[cat
         ):
             newest[d.name] = d
     return sorted(newest.values(), key=lambda d: d.name)
+
+
+def forget(disk: DiskStore, name: str) -> None:
+    """Drop the collection's row (its files are removed first, as documents)."""
+    with disk.transaction() as conn:
+        conn.execute("DELETE FROM collections WHERE name = ?", (name,))
 
 
 def documents_of(conn: sqlite3.Connection, ref: str) -> list[catalog.Document]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cascade_cli.documents import CHAPTER, HEADING, PAGE, Extracted, Location, Mark, where
@@ -152,4 +152,23 @@ def sources(
                 "chunks": [idx],
             }
         )
+    return out
+
+
+def cite(
+    conn: sqlite3.Connection,
+    documents: Sequence[Document],
+    recalled: Iterable[tuple[str, int]],
+    quoted: Iterable[tuple[str, int]] = (),
+) -> list[dict[str, Any]]:
+    """The sources of one answer, whatever asked it (`ask`, a chat turn): `sources` of each of
+    `documents` whose chunks were `recalled` ((owner, chunk), in window order; a document in
+    the order its first chunk came), `quoted` ((owner, chunk)) marked."""
+    by_owner = {d.owner: d for d in documents}
+    recalled = [(o, i) for o, i in recalled if o in by_owner]
+    marked = set(quoted)
+    out: list[dict[str, Any]] = []
+    for doc in dict.fromkeys(by_owner[o] for o, _ in recalled):
+        mine = [i for o, i in recalled if o == doc.owner]
+        out += sources(conn, doc, mine, [i for o, i in marked if o == doc.owner])
     return out

@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 
 from cascade_cli.engine import Context
-from cascade_cli.errors import ContextFullError, InputError
+from cascade_cli.errors import ContextFullError, InputError, NotFoundError
+from cascade_cli.paging import collection, locations
+from cascade_cli.paging.catalog import Document
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import QUOTE_ROOM, Turn, block_for, reserve
 from cascade_cli.prompts import catalog
@@ -105,6 +107,11 @@ class PromptService(Replier):
     def complete(self, prompt: str, params: Params, stop: Stop = never) -> Reply:
         """A raw text prompt (no chat template; special tokens in it are parsed, as llama.cpp's
         server does). Its full blocks are stored and reused; it must fit the window."""
+        if params.documents:
+            raise InputError(
+                "documents are recalled for chat completions only",
+                "Send the request to /v1/chat/completions.",
+            )
         self._think(None)
         run = self._run(params, stop)
         tokens = self.model.tokenize(prompt, add_special=True, parse_special=True)
@@ -187,11 +194,21 @@ class PromptService(Replier):
             for i, p in enumerate(rest)
             if p.meta is not None
         ]
+        docs = self._documents(run.params.documents)
+        by_owner = {d.owner: d for d in docs}
+
+        def page_of(key: str) -> Page:
+            meta = self.lib.disk.meta(key)
+            return Page(key, meta.tokens.tolist(), None, doc=by_owner.get(meta.owner))
+
         laid = lay_out(
             self.lib, self.tpl, window=self.window, system=system, history=history,
-            tail=need + reserve, query=question, page_of=self._page_of,
+            tail=need + reserve, query=question, documents=docs, page_of=page_of,
             prepare=lambda older: self.blocks.index(older, block_of),
         )  # fmt: skip
+        if docs:
+            quoted = [(q.owner, q.chunk) for q in laid.plan.quotes]
+            run.result.sources = locations.cite(self.lib.conn, docs, laid.plan.recalled, quoted)
         if laid.plan.cut:
             size = sum(p.n for t, p in history if t.current) + need
             raise ContextFullError(
@@ -210,8 +227,15 @@ class PromptService(Replier):
         run.decoded += placed.decoded
         run.result.timings.rerank_ms = laid.rerank_s * 1000
 
-    def _page_of(self, key: str) -> Page:
-        raise InputError(f"no document chunk {key!r} in an API conversation", "")
+    def _documents(self, refs: list[str]) -> list[Document]:
+        """The documents a request names (a collection: its files), or a 400."""
+        found: dict[int, Document] = {}
+        for ref in refs:
+            try:
+                found.update((d.id, d) for d in collection.documents_of(self.lib.conn, ref))
+            except NotFoundError as exc:
+                raise InputError(exc.message, "See `cascade docs` for what is ingested.") from None
+        return list(found.values())
 
     def idle(self) -> None:
         """Between requests: finish saving, then let other processes (`cascade ingest`, `rm`)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Roles a chat message may have (OpenAI's "developer" is read as "system").
 ROLES = ("system", "developer", "user", "assistant")
@@ -33,6 +34,8 @@ class Params:
     stop: list[str] = field(default_factory=list)
     salt: str = ""  # cache_salt: only requests with the same salt share stored blocks
     think: bool | None = None  # a reasoning model thinks first (None: the `think` setting)
+    #: ingested documents or collections the reply may recall from (cascade's `documents`)
+    documents: list[str] = field(default_factory=list)
 
 
 #: Asked between a prompt's blocks whether to give up (the request's client left).
@@ -74,6 +77,8 @@ class Result:
     ttft_s: float = 0.0
     recall_s: float = 0.0  # searching older turns (long conversations only)
     recalled: list[str] = field(default_factory=list)  # labels of paged-out turns recalled
+    #: where the documents' excerpts in the window came from (paging.locations.cite)
+    sources: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Reply:

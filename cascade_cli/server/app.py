@@ -186,6 +186,8 @@ class Api:
                     result: Result = value
                     last = shape.chunk(None, finish=result.finish_reason)
                     last["timings"] = shape.usage_chunk(result)["timings"]
+                    if result.sources:  # cascade's: where the documents' excerpts came from
+                        last["sources"] = result.sources
                     yield sse(last)
                     if include_usage:
                         yield sse(shape.usage_chunk(result))

@@ -86,6 +86,7 @@ class Shape:
             "choices": [choice],
             "usage": usage(result),
             "timings": timings(result.timings),
+            **({"sources": result.sources} if result.sources else {}),
         }
 
     def chunk(

@@ -144,7 +144,29 @@ def _params(body: dict[str, Any], limits: Limits) -> Params:
             )
         params.salt = salt
     params.think = _think(body)
+    params.documents = _documents(body.get("documents"))
     return params
+
+
+#: The most documents (or collections) one request may name.
+MAX_DOCUMENTS = 16
+
+
+def _documents(value: Any) -> list[str]:
+    """cascade's `documents`: names of ingested documents or collections to recall from."""
+    if value is None:
+        return []
+    if (
+        not isinstance(value, list)
+        or not all(isinstance(v, str) and v.strip() for v in value)
+        or not 1 <= len(value) <= MAX_DOCUMENTS
+    ):
+        raise bad_field(
+            "documents",
+            f"documents must be a list of 1 to {MAX_DOCUMENTS} ingested document or collection "
+            "names.",
+        )
+    return [v.strip() for v in value]
 
 
 #: OpenAI's reasoning_effort values; "none" and "minimal" ask a reasoning model not to think

@@ -13,11 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 from cascade_cli.engine import Sampler
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.reasoning import thought_tokens
 from cascade_cli.errors import InputError
+from cascade_cli.paging import locations
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
@@ -46,6 +48,9 @@ class TurnStats:
     scored: list[tuple[str, float, bool]] = field(default_factory=list)
     paged_out: int = 0
     paged_in: int = 0
+    #: the documents' chunks laid out for the reply and those quoted, as (owner, chunk)
+    recalled_chunks: list[tuple[str, int]] = field(default_factory=list)
+    quoted_chunks: list[tuple[str, int]] = field(default_factory=list)
 
 
 class ChatSession(SessionState):
@@ -61,6 +66,11 @@ class ChatSession(SessionState):
         open_window(self, self.pages.fingerprint)
 
     # ---- turns --------------------------------------------------------------------------------
+
+    def sources(self) -> list[dict[str, Any]]:
+        """Where the last reply's document excerpts came from (paging.locations.cite)."""
+        last = self.last
+        return locations.cite(self.lib.conn, self.docs, last.recalled_chunks, last.quoted_chunks)
 
     def send(self, text: str) -> Generator[str, None, None]:
         """Stream the reply to `text`; the finished (or interrupted) turn is stored."""
@@ -83,6 +93,8 @@ class ChatSession(SessionState):
             )  # fmt: skip
             labels = laid.labels
             stats.recall_s = laid.plan.recall_s
+            stats.recalled_chunks = list(laid.plan.recalled)
+            stats.quoted_chunks = [(q.owner, q.chunk) for q in laid.plan.quotes]
             for note in laid.plan.notes:
                 self.notify(note)
             before = set(self.pages.keys)

@@ -3,12 +3,21 @@ after a kill; `ask` across a collection's files (and `--doc`) pages in and cites
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.cli.ingest_helpers import ask_json, cli
-from tests.paging.helpers import SMALL, kill_after_chunks, popen_cli, query, sample_text
+from tests.paging.helpers import (
+    SMALL,
+    env_for,
+    kill_after_chunks,
+    popen_cli,
+    query,
+    sample_text,
+)
 
 pytestmark = pytest.mark.subprocess
 
@@ -69,6 +78,12 @@ def test_a_folder_is_a_collection_and_ingesting_it_again_reads_only_what_changed
     assert owners == ids  # the dropped file's and the replaced version's chunks are gone
     checked = cli(["verify"], home)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    listed = cli(["docs"], home)
+    assert "proj/ " in listed.stdout and "proj/src" not in listed.stdout  # one row
+    removed = cli(["rm", "proj"], home)
+    assert removed.returncode == 0, removed.stderr
+    assert not _ready(home) and not query(home, "SELECT 1 FROM chunks WHERE owner LIKE 'doc:%'")
+    assert not query(home, "SELECT 1 FROM collections")
 
 
 def test_a_killed_folder_ingest_resumes(home: Path, tmp_path: Path) -> None:
@@ -121,3 +136,12 @@ def test_ask_across_a_collection_and_another_document_cites_each_file(
     shown = cli(["ask", "vault", "What is the vault code?", "--gpu-cache-size", "512"], home)
     assert shown.returncode == 0, shown.stderr
     assert "docs/code.txt" in shown.stderr  # a file of a collection is cited by its path
+    chat = subprocess.run(
+        [sys.executable, "-m", "cascade_cli", "chat", "--doc", "vault", "--gpu-cache-size", "1024",
+         "--temperature", "0", "--max-tokens", "8"],
+        input="What is the vault code?\n/sources\n", capture_output=True, text=True,
+        timeout=600, env=env_for(home), check=False,
+    )  # fmt: skip
+    assert chat.returncode == 0 and "Traceback" not in chat.stderr, chat.stderr
+    lines = [x for x in chat.stdout.splitlines() if x.startswith("sources: ")]
+    assert lines and ("docs/code.txt" in lines[0] or "place.md" in lines[0]), chat.stdout
