@@ -156,8 +156,8 @@ class Settings:
     top_p: float = 0.95
     """Chat and serve: nucleus sampling's probability mass (1 = off)."""
     repeat_penalty: float = 1.0
-    """Chat and ask: penalty on tokens repeated in the last 64 (1 = off: it garbles numbers
-    with repeated digits, 4417 → 44…)."""
+    """Chat, ask and serve: penalty on tokens repeated in the last 64 (1 = off: it garbles
+    numbers with repeated digits, 4417 → 44…)."""
     max_tokens: int = 512
     """Longest chat reply, and a served request's when it sends no max_tokens."""
     ask_tokens: int = 256

@@ -40,6 +40,18 @@ GENERATED = (
 SIZES = ("memory_cache_size", "disk_cache_budget", "max_body_size", "api_cache_budget")
 #: Flags whose parameter is named unlike the setting they set.
 FLAG_SETTINGS = {"remote": "remote_cache_url", "allow_origin": "allow_origins"}
+#: Flags of one command that set another setting than their name says ("": none).
+COMMAND_FLAGS = {
+    "cascade ask": {"max_tokens": "ask_tokens", "temperature": "ask_temperature", "top_k": ""},
+}
+
+
+def setting_of(path: str, param: Any) -> str:
+    """The setting option `param` of command `path` sets ('' or a non-setting: none)."""
+    name = COMMAND_FLAGS.get(path, {}).get(param.name, param.name)
+    return FLAG_SETTINGS.get(name, name)
+
+
 #: A description ending in "(NAME)" names the config constant that lists its allowed values.
 CHOICES = re.compile(r"\s*\(([A-Z][A-Z_]+)\)\.?$")
 SETTING_NAMES = tuple(f.name for f in dataclasses.fields(Settings))
@@ -106,11 +118,11 @@ def _annotation(param: Any) -> Any:
     return kind
 
 
-def kind(param: Any) -> str:
+def kind(path: str, param: Any) -> str:
     """`integer ≥ 0`, `text, repeatable`, `flag`, …"""
     if getattr(param, "is_flag", False):
         return "flag"
-    setting = FLAG_SETTINGS.get(param.name, param.name)
+    setting = setting_of(path, param)
     if param.param_type_name == "option" and setting in SETTING_NAMES:
         if param.multiple:  # one value per flag: --allow-origin A --allow-origin B
             return "text, repeatable"
@@ -132,11 +144,11 @@ def kind(param: Any) -> str:
     return words
 
 
-def default(param: Any) -> str:
+def default(path: str, param: Any) -> str:
     """The default as shown: a value, the setting that applies, or blank."""
     if param.required:
         return "required"
-    setting = FLAG_SETTINGS.get(param.name, param.name)
+    setting = setting_of(path, param)
     value = param.default
     if value is None and setting in SETTING_NAMES:
         return f"setting [`{setting}`](settings.md)"
@@ -145,7 +157,7 @@ def default(param: Any) -> str:
     return f"`{stable(value)}`"
 
 
-def param_rows(command: Any) -> list[str]:
+def param_rows(path: str, command: Any) -> list[str]:
     """The table of a command's arguments and options (`--help` itself left out)."""
     rows = []
     for param in command.params:
@@ -156,7 +168,9 @@ def param_rows(command: Any) -> list[str]:
         else:
             names = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
         help_text = cell(stable(getattr(param, "help", None) or ""))
-        rows.append(f"| {names} | {cell(kind(param))} | {default(param)} | {help_text} |")
+        rows.append(
+            f"| {names} | {cell(kind(path, param))} | {default(path, param)} | {help_text} |"
+        )
     if not rows:
         return []
     return ["| argument or option | type | default | description |", "|---|---|---|---|", *rows]
@@ -171,7 +185,7 @@ def command_section(path: str, command: Any) -> list[str]:
             lines += ["", "Example:", "", "```sh", para.removeprefix("Example:").strip(), "```"]
         elif para != "See docs/commands.md.":
             lines += ["", " ".join(para.split())]
-    rows = param_rows(command)
+    rows = param_rows(path, command)
     if rows:
         lines += ["", *rows]
     subs = getattr(command, "commands", {})
@@ -263,7 +277,7 @@ def flags_by_setting() -> dict[str, list[str]]:
     seen: dict[str, dict[str, list[str]]] = {}
     for path, command in walk(typer.main.get_command(app), "cascade"):
         for param in command.params:
-            setting = FLAG_SETTINGS.get(param.name, param.name)
+            setting = setting_of(path, param)
             if param.param_type_name == "option" and setting in SETTING_NAMES:
                 where = seen.setdefault(setting, {}).setdefault(param.opts[0], [])
                 where.append(path.removeprefix("cascade "))

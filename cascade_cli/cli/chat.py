@@ -280,7 +280,9 @@ def chat(
         ) as lib,
     ):
         lib.recall.preload()
-        documents = [d for ref in doc or [] for d in collection.documents_of(lib.conn, ref)]
+        with lib.disk.lock:  # no document twice (a collection and one of its files)
+            found = [d for ref in doc or [] for d in collection.documents_of(lib.conn, ref)]
+        documents = list({d.id: d for d in found}.values())
         name = session_name or _fresh_name(lib, held)
         session = ChatSession(
             ctx,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -55,7 +56,12 @@ def ingest_dir(
 ) -> None:
     """Walk `root`, say what it skips, and ingest the rest as one collection."""
     coll = check_name(name or root.resolve().name, "collection", "--name code")
-    found = walk(root, max_bytes)
+    if "/" in coll:
+        raise InputError(
+            f"invalid collection name {coll!r}: a / separates a collection from its files",
+            "Pass --name without a /, e.g. --name code.",
+        )
+    found = walk(root, max_bytes, exclude=[cfg.disk_cache_path])  # never the store itself
     skipped = found.summary()
     if skipped:
         hint = "" if verbose else "; --verbose lists them"
@@ -69,8 +75,9 @@ def ingest_dir(
             f"{root} holds no file to ingest" + (f" ({skipped})" if skipped else ""),
             "Check the folder, its .gitignore, or --max-file-size.",
         )
-    if cfg.remote_cache_url:
+    if cfg.remote_cache_url:  # not linked at all: its chunks would be uploaded for nothing
         err.print("[yellow]warning:[/yellow] a collection is not published to the remote tier")
+        cfg = dataclasses.replace(cfg, remote_cache_url="")
     with (
         open_model(cfg) as m,
         open_context(cfg, m, extra_tokens=cfg.block_size) as ctx,
@@ -82,6 +89,7 @@ def ingest_dir(
             result = collection.ingest_tree(
                 ctx, lib, found, root, coll, encoding, bar.file,
                 notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"), step=bar.step,
+                named=name is not None,
             )  # fmt: skip
         finally:
             bar.close()

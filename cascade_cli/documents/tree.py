@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +34,10 @@ MAX_FILE = 16 << 20
 #: Bytes looked at to tell a binary file.
 SNIFF = 8192
 #: Reasons a file is skipped, in the order the summary names them.
-REASONS = ("ignored", "binary", "too large", "unreadable", "special", "outside", "symlink")
+REASONS = (
+    "ignored", "binary", "too large", "empty", "unreadable", "special", "outside", "symlink",
+    "name",
+)  # fmt: skip
 
 
 @dataclass
@@ -78,20 +81,24 @@ def _spec(path: Path) -> pathspec.PathSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def walk(root: Path, max_bytes: int = MAX_FILE) -> Walk:
+def walk(root: Path, max_bytes: int = MAX_FILE, exclude: Iterable[Path] = ()) -> Walk:
     """The tree's files and skips (see the module's docstring); an InputError when `root` is
-    not a readable directory."""
+    not a readable directory. Folders in `exclude` (the store itself) are never walked."""
     if not root.is_dir():
         raise InputError(f"{root} is not a directory", "Pass a folder, or a file to ingest.")
     top = root.resolve()
     out = Walk()
     base: list[tuple[str, pathspec.PathSpec]] = []
-    exclude = _spec(top / ".git" / "info" / "exclude")
-    if exclude is not None:
-        base.append(("", exclude))
-    for folder, rules, files in _folders(top, _Rules(base), out):
+    skip = {p.resolve() for p in exclude}
+    git_exclude = _spec(top / ".git" / "info" / "exclude")
+    if git_exclude is not None:
+        base.append(("", git_exclude))
+    for folder, rules, files in _folders(top, _Rules(base), out, skip):
         for name in files:
             rel = f"{folder}/{name}" if folder else name
+            if not _printable(rel):  # not UTF-8, or control characters: a name no one can see
+                out.skip("name", rel.encode("utf-8", "backslashreplace").decode())
+                continue
             if rules.ignored(rel, False):
                 out.skip("ignored", rel)
                 continue
@@ -104,7 +111,9 @@ def walk(root: Path, max_bytes: int = MAX_FILE) -> Walk:
     return out
 
 
-def _folders(top: Path, rules: _Rules, out: Walk) -> Iterator[tuple[str, _Rules, list[str]]]:
+def _folders(
+    top: Path, rules: _Rules, out: Walk, skip: set[Path]
+) -> Iterator[tuple[str, _Rules, list[str]]]:
     """(folder relative to `top`, its rules, its file names) for every folder walked."""
 
     def failed(exc: OSError) -> None:
@@ -124,7 +133,10 @@ def _folders(top: Path, rules: _Rules, out: Walk) -> Iterator[tuple[str, _Rules,
         keep = []
         for d in sorted(dirs):
             rel = f"{folder}/{d}" if folder else d
-            if d in SKIP_DIRS:
+            if d in SKIP_DIRS or Path(path, d) in skip:
+                continue
+            if not _printable(rel):
+                out.skip("name", rel.encode("utf-8", "backslashreplace").decode() + "/")
                 continue
             if os.path.islink(os.path.join(path, d)):
                 out.skip("symlink", rel)  # never followed: no loops, nothing outside
@@ -135,6 +147,14 @@ def _folders(top: Path, rules: _Rules, out: Walk) -> Iterator[tuple[str, _Rules,
                 found[rel] = here
         dirs[:] = keep
         yield folder, here, sorted(files)
+
+
+def _printable(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:  # os.walk's surrogate escapes of undecodable bytes
+        return False
+    return rel.isprintable()
 
 
 def _check(top: Path, path: Path, max_bytes: int) -> str:
@@ -150,6 +170,8 @@ def _check(top: Path, path: Path, max_bytes: int) -> str:
             return "special"  # a FIFO, socket or device: reading it could block forever
         if st.st_size > max_bytes:
             return "too large"
+        if st.st_size == 0:
+            return "empty"
         with path.open("rb") as fh:
             first = fh.read(SNIFF)
     except (OSError, RuntimeError):  # gone, no permission, a link loop

@@ -249,9 +249,13 @@ def ask(
         except NotFoundError as exc:  # evicted, or the row of a lost file dropped by repair
             gone = set(keys) & lib.disk.evicted(d.owner)
             why = f"{len(gone)} evicted by the disk budget" if gone else exc.message
+            group, _, _ = d.name.partition("/")  # a collection's file: ingest its folder again
+            again = f"cascade ingest {d.path}" if group == d.name else "cascade ingest DIR"
             raise NotFoundError(
                 f"'{d.name}' is missing chunks in the store ({why})",
-                f"Run `cascade ingest {d.path}` again: it recomputes the missing chunks.",
+                f"Run `{again}` again"
+                + ("" if group == d.name else f" on the folder of the collection '{group}'")
+                + ": it recomputes the missing chunks.",
             ) from None
     entries = [
         {**({"doc": by_owner[o].name} if len(docs) > 1 else {}), "index": i, "tokens": m.n_tokens}

@@ -20,7 +20,7 @@ from pathlib import Path
 from cascade_cli.documents import extract
 from cascade_cli.documents.tree import Walk
 from cascade_cli.engine import Context
-from cascade_cli.errors import CascadeError, NotFoundError
+from cascade_cli.errors import CascadeError, InputError, NotFoundError
 from cascade_cli.paging import catalog
 from cascade_cli.paging.ask import Notice, quiet
 from cascade_cli.paging.ingest import Progress, ingest
@@ -150,6 +150,7 @@ def _unchanged(lib: Library, ctx: Context, prev: catalog.Document, path: Path) -
         and prev.block_size == cfg.block_size
         and prev.window == cfg.gpu_cache_size
         and prev.prefix_tokens == len(frame(ctx.model).prefix)
+        and lib.disk.count(prev.owner) >= prev.chunks  # none evicted or lost to a repair
         and _sha256(path) == prev.sha256
     )
 
@@ -164,16 +165,27 @@ def ingest_tree(
     progress: Callable[[str], Progress],
     notice: Notice = quiet,
     step: Callable[[], None] = lambda: None,
+    named: bool = True,
 ) -> TreeResult:
     """Ingest the files `walk` found under `root` as the collection `name` (see the module's
     docstring). `progress(rel)` makes the progress callback of one file's ingest; `step` is
-    called between files (Ctrl-C stops there)."""
+    called between files (Ctrl-C stops there). A name taken from the folder (`named` false)
+    that holds another folder's collection is refused, not replaced."""
     now = time.time()
+    where = str(root.resolve())
+    with lib.disk.lock:
+        held = find(lib.disk.conn, name)
+    if held is not None and held.root != where and not named:
+        raise InputError(
+            f"the collection {name!r} holds {held.root}",
+            f"Pass --name to ingest {root} under another name, or `cascade rm {name}` first.",
+        )
+    catalog.sweep(lib.disk)  # once per tree, not once per file
     with lib.disk.transaction() as conn:
         conn.execute(
             "INSERT INTO collections (name, root, created, updated) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (name) DO UPDATE SET root = excluded.root, updated = excluded.updated",
-            (name, str(root.resolve()), now, now),
+            (name, where, now, now),
         )
         before = {d.name: d for d in members(conn, name, ready=False)}
     out = TreeResult()
@@ -191,13 +203,18 @@ def ingest_tree(
             continue
         doc = ingest(
             ctx, lib, path, member(name, rel), encoding, progress(rel), named=True,
-            notice=notice, source=source,
+            notice=notice, source=source, sweep=False,
         )  # fmt: skip
         (out.added if prev is None or prev.status != "ready" else out.changed).append(rel)
         out.tokens += doc.tokens
+    versions: dict[str, list[catalog.Document]] = {}
+    with lib.disk.lock:
+        for d in catalog.documents(lib.disk.conn, True) if before else []:
+            versions.setdefault(d.name, []).append(d)
     for gone in before.values():  # deleted from the tree, or skipped now
         step()
-        for version in [d for d in catalog.documents(lib.disk.conn, True) if d.name == gone.name]:
+        for version in versions.get(gone.name, []):
             lib.remove(version)
         out.dropped.append(gone.name[len(name) + 1 :])
+    catalog.sweep(lib.disk)  # the versions the changed files' new ones replace
     return out

@@ -139,11 +139,13 @@ def ingest(
     named: bool = True,
     notice: Notice = quiet,
     source: Extracted | None = None,
+    sweep: bool = True,
 ) -> catalog.Document:
     """Ingest one file (resuming if possible); older versions are dropped only after success.
 
     The file is read by documents.extract (PDF, EPUB, HTML, Markdown, text, code) unless its
-    extracted `source` is given; its location map is stored with the version."""
+    extracted `source` is given; its location map is stored with the version. `sweep`: finish
+    interrupted removals first and drop replaced versions after (a collection does it once)."""
     cfg = lib.settings
     source = source or extract(path, encoding)
     text, sha = source.text, source.sha256
@@ -154,7 +156,8 @@ def ingest(
             f"block size {cfg.block_size} does not fit a {limit}-token window",
             "Lower --block-size or raise --gpu-cache-size.",
         )
-    catalog.sweep(lib.disk)
+    if sweep:
+        catalog.sweep(lib.disk)
     doc, finished = start_version(lib, path, sha, name, limit, len(fr.prefix), named)
     with lib.disk.transaction() as conn:  # a version from before location maps gets one
         if not finished or not locations.has_map(conn, doc.id):
@@ -203,5 +206,6 @@ def ingest(
         catalog.progress(conn, doc, writer.tokens_done, idx + 1, len(text))
         catalog.finish(conn, doc)
     crash_point("ingest_after_finish")
-    catalog.sweep(lib.disk)  # drops the versions this one replaces
+    if sweep:
+        catalog.sweep(lib.disk)  # drops the versions this one replaces
     return catalog.by_id(lib.disk.conn, doc.id)

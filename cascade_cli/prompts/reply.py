@@ -16,6 +16,7 @@ from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import ContextFullError
+from cascade_cli.paging.catalog import Document
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts.blocks import Blocks
@@ -41,6 +42,7 @@ class Run:
         self.fingerprint = ""  # the model's, salted with the request's cache_salt
         self.chat = False  # a chat completion (a reasoning model's thinking is split off)
         self.prefilled = False  # its last message is the assistant's: the reply continues it
+        self.documents: list[Document] = []  # the ones it may recall from (Params.documents)
 
 
 class Replier:

@@ -80,6 +80,7 @@ class PromptService(Replier):
         raises Cancelled); the reply streams from the result."""
         self._think(params.think)
         run = self._run(params, stop)
+        run.documents = self._documents(params.documents)  # an unknown one: 400, window kept
         run.chat = True
         run.prefilled = bool(messages) and messages[-1].role == "assistant"
         finished, open_turn, question = segments(self.tpl, messages, self.system)
@@ -194,7 +195,7 @@ class PromptService(Replier):
             for i, p in enumerate(rest)
             if p.meta is not None
         ]
-        docs = self._documents(run.params.documents)
+        docs = run.documents
         by_owner = {d.owner: d for d in docs}
 
         def page_of(key: str) -> Page:
@@ -208,7 +209,8 @@ class PromptService(Replier):
         )  # fmt: skip
         if docs:
             quoted = [(q.owner, q.chunk) for q in laid.plan.quotes]
-            run.result.sources = locations.cite(self.lib.conn, docs, laid.plan.recalled, quoted)
+            with self.lib.disk.lock:
+                run.result.sources = locations.cite(self.lib.conn, docs, laid.plan.recalled, quoted)
         if laid.plan.cut:
             size = sum(p.n for t, p in history if t.current) + need
             raise ContextFullError(
@@ -232,9 +234,11 @@ class PromptService(Replier):
         found: dict[int, Document] = {}
         for ref in refs:
             try:
-                found.update((d.id, d) for d in collection.documents_of(self.lib.conn, ref))
+                with self.lib.disk.lock:
+                    docs = collection.documents_of(self.lib.conn, ref)
             except NotFoundError as exc:
                 raise InputError(exc.message, "See `cascade docs` for what is ingested.") from None
+            found.update((d.id, d) for d in docs)
         return list(found.values())
 
     def idle(self) -> None:

@@ -64,7 +64,27 @@ def m001_sessions(conn: sqlite3.Connection) -> None:
     )
 
 
-register_migrations("sessions", [m001_sessions])
+#: What every session stored before sampling defaults became settings (config.Settings).
+_OLD_DEFAULTS = {
+    "temperature": 0.7, "top_k": 40, "top_p": 0.95, "repeat_penalty": 1.0, "seed": None,
+    "max_tokens": 512,
+}  # fmt: skip
+
+
+def m002_settings_follow_defaults(conn: sqlite3.Connection) -> None:
+    """A session stored every sampling default with itself, so cascade.toml, CASCADE_* and a
+    model's own defaults never reached it: a stored value equal to the default of the time is
+    dropped (it follows the settings now); a value its flags chose, and the system prompt, stay."""
+    for sid, settings in conn.execute("SELECT id, settings FROM sessions").fetchall():
+        kept = {
+            k: v
+            for k, v in json.loads(settings).items()
+            if k not in _OLD_DEFAULTS or v != _OLD_DEFAULTS[k]
+        }
+        conn.execute("UPDATE sessions SET settings = ? WHERE id = ?", (json.dumps(kept), sid))
+
+
+register_migrations("sessions", [m001_sessions, m002_settings_follow_defaults])
 
 
 def owner_of(session_id: int) -> str:

@@ -70,7 +70,10 @@ class ChatSession(SessionState):
     def sources(self) -> list[dict[str, Any]]:
         """Where the last reply's document excerpts came from (paging.locations.cite)."""
         last = self.last
-        return locations.cite(self.lib.conn, self.docs, last.recalled_chunks, last.quoted_chunks)
+        with self.lib.disk.lock:
+            return locations.cite(
+                self.lib.conn, self.docs, last.recalled_chunks, last.quoted_chunks
+            )
 
     def send(self, text: str) -> Generator[str, None, None]:
         """Stream the reply to `text`; the finished (or interrupted) turn is stored."""

@@ -12,8 +12,9 @@ rather than on every turn. Each chunk that stays is a window hit and costs nothi
 chunk's state is not also kept in the RAM tier (the window holds it). A chunk the store cannot
 serve (missing, damaged, another model's or other tokens') is recomputed from its token ids at
 the window's end (seeing the whole window before it) and moved into place — except a
-document's chunk, which is recomputed where ingest made it (paging/recompute.py, the one policy
-`ask` uses too): the window is emptied for that, then laid out again from the store.
+document's chunk whose stored state is damaged, which is recomputed where ingest made it
+(paging/recompute.py, the one policy `ask` uses too): the window is emptied for that, then laid
+out again from the store.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +79,6 @@ class _Damaged(Exception):
     """A document page the store could not serve (raised and caught inside Pages.apply)."""
 
     def __init__(self, page: Page) -> None:
-        super().__init__(page.key)
         self.page = page
 
 
@@ -97,6 +98,8 @@ class Pages:
         self.fingerprint = ctx.fingerprint()
         self.layout: list[Page] = []
         self.at: dict[str, int] = {}
+        self._fresh: dict[str, Any] = {}
+        self._here: set[str] = set()
 
     @property
     def saving(self) -> bool:
@@ -140,25 +143,32 @@ class Pages:
         A document's chunk the store cannot serve is recomputed in its ingest context, which
         empties the window; the layout then starts over from the store (as `ask` does)."""
         t0 = time.perf_counter()
-        redone: set[str] = set()
-        while True:
-            try:
-                done = self._apply(target, room, stash, stop, counted, redone)
-            except _Damaged as bad:
-                self._recompute(bad.page)
-                redone.add(bad.page.key)
-                continue
-            done.seconds = time.perf_counter() - t0
-            return done
+        self._fresh = {}  # recomputed states of this layout, by key
+        self._here = set()  # damaged, but no ingest window fits: made at the end
+        try:
+            while True:
+                try:
+                    done = self._apply(target, room, stash, stop, counted)
+                except _Damaged as bad:
+                    self._recompute(bad.page)
+                    continue
+                done.seconds = time.perf_counter() - t0
+                return done
+        finally:
+            self._fresh = {}
+            self._here = set()
 
     def _recompute(self, p: Page) -> None:
         """Recompute document chunk `p` where ingest made it (saved back when this process
-        writes the store) and keep the state in RAM for the layout that follows."""
+        writes the store), kept for the layout that follows; where the context cannot hold
+        its ingest window, it is decoded at the window's end instead (and not saved)."""
         assert p.doc is not None
-        meta = self.lib.disk.meta(p.key)
         self.reset()  # recompute empties the context's sequences: start over afterwards
-        state = recompute(self.ctx, self.lib, p.doc, meta, save=self.saving)
-        self.lib.ram.put(p.key, state)
+        if self.ctx.n_ctx < p.doc.window:
+            self._here.add(p.key)
+            return
+        meta = self.lib.disk.meta(p.key)
+        self._fresh[p.key] = recompute(self.ctx, self.lib, p.doc, meta, save=self.saving)
 
     def _apply(
         self,
@@ -167,7 +177,6 @@ class Pages:
         stash: bool | None,
         stop: Callable[[], bool] | None,
         counted: bool,
-        redone: set[str],
     ) -> Placed:
         t0 = time.perf_counter()
         done = Placed()
@@ -224,8 +233,6 @@ class Pages:
                 if p.choose is not None and i == len(target) - 1:
                     p = p.choose(self.win, self.at, self.win.limit - start - room)
                 tier = self._materialize(p, start, "ram" if p.key in warm else "disk")
-                if p.key in redone:  # restored from RAM, after its recompute
-                    tier = "recomputed"
                 if tier == "recomputed":
                     done.decoded += p.n
                 elif tier == "copied":
@@ -302,14 +309,17 @@ class Pages:
         cells copied from a page in the window (Page.copy), else recomputed."""
         if p.copy is not None and self._copied(p, at):
             return "copied"
+        if p.key in self._fresh:  # recomputed in its ingest context for this layout
+            self.win.place(self._fresh[p.key], at=at, shift=False)
+            return "recomputed"
         if self.stored(p):
             try:
                 self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
                 self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed
                 return self.lib.pager.tier(p.key, tier == "ram")
             except (NotFoundError, CorruptChunkError):
-                if p.doc is not None:  # never serve bad bytes: recomputed where ingest made it
-                    raise _Damaged(p) from None
+                if p.doc is not None and p.key not in self._here:  # never serve bad bytes:
+                    raise _Damaged(p) from None  # recomputed where ingest made it
         elif self.lib.remote is not None:  # another machine may have stored it
             try:
                 self.win.place(self.lib.pager.get_remote(p.key, at=at), at=at, shift=False)
@@ -347,12 +357,10 @@ class Pages:
         reserve: int,
         stop: Callable[[], bool] | None = None,
     ) -> Placed:
-        """Make the store hold every one of `items` (oldest first) that it does not: each is
-        decoded after `head` and the items before it that still fit, a sliding window as
-        `ingest` uses, and saved (never copied into RAM). The one routine for text longer
-        than the window: a long chat message, an API conversation's unseen older blocks.
-        A recurrent model stores no chunk states: its layouts decode what they hold. Its own
-        sliding window counts as no window hits (`apply(counted=False)`)."""
+        """Store every one of `items` (oldest first) the store lacks, each decoded after `head`
+        and the items before it that fit (ingest's sliding window; no window hits counted),
+        saved, never kept in RAM: text longer than the window (a long chat message, an API
+        conversation's unseen older blocks). A recurrent model stores no chunk states."""
         done = Placed()
         if self.win.recurrent:
             return done

@@ -73,6 +73,7 @@ class SessionState:
         self.window = window or lib.settings.gpu_cache_size
         self.notify = notify
         self.docs = documents or []
+        self.doc_of = {d.owner: d for d in self.docs}
         self.recall: Recall = lib.recall
         self.pages = Pages(ctx, lib, self.window)
         self.totals = Totals()
@@ -161,8 +162,7 @@ class SessionState:
             )  # fmt: skip
             return Page(key, c.tokens, meta)
         meta = self.lib.disk.meta(key)  # a document's chunk: recomputed where ingest made it
-        owner = key.rpartition(":")[0]
-        doc = next((d for d in self.docs if d.owner == owner), None)
+        doc = self.doc_of.get(key.rpartition(":")[0])
         return Page(key, meta.tokens.tolist(), None, doc=doc)
 
     def count(self, placed: Placed) -> None:

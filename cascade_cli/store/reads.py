@@ -62,6 +62,10 @@ class ChunkReader:
         sql = f"SELECT {COLUMNS} FROM chunks WHERE owner = ? ORDER BY idx"
         return [row_meta(r) for r in self._rows(sql, (owner,))]
 
+    def count(self, owner: str) -> int:
+        """How many chunks ``owner`` has indexed."""
+        return int(self._rows("SELECT COUNT(*) FROM chunks WHERE owner = ?", (owner,))[0][0])
+
     def owners(self) -> list[str]:
         """Every owner with at least one chunk."""
         return [r[0] for r in self._rows("SELECT DISTINCT owner FROM chunks ORDER BY owner")]

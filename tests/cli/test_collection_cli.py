@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.ingest_helpers import ask_json, cli
+from tests.cli.ingest_helpers import ask_json, assert_error_last, cli
 from tests.paging.helpers import (
     SMALL,
     env_for,
@@ -56,6 +56,12 @@ def test_a_folder_is_a_collection_and_ingesting_it_again_reads_only_what_changed
     assert "skipped 1 ignored, 1 binary; --verbose lists them" in first.stderr, first.stderr
     names = {"proj/.gitignore", "proj/src/vault.py", *(f"proj/notes/part{i}.md" for i in range(4))}
     assert _ready(home) == dict.fromkeys(names, 1)
+    other = tmp_path / "elsewhere" / "proj"  # another folder of the same name
+    other.mkdir(parents=True)
+    (other / "a.txt").write_text("hello there\n", encoding="utf-8")
+    clash = cli(["ingest", str(other), *SMALL], home)
+    assert_error_last(clash, "the collection 'proj' holds")
+    assert _ready(home) == dict.fromkeys(names, 1)  # nothing of the first one dropped
 
     again = cli(["ingest", str(root), *SMALL, "--verbose"], home)
     assert again.returncode == 0, again.stderr

@@ -38,6 +38,11 @@ def _file(home: Path, name: str, data: bytes) -> str:
     return str(home / name)
 
 
+def _folder(home: Path, name: str) -> str:
+    (home / name).mkdir(exist_ok=True)
+    return str(home / name)
+
+
 def _toml(home: Path, name: str, body: str) -> str:
     (home / name).write_text(body, encoding="utf-8")
     return str(home / name)
@@ -48,7 +53,8 @@ CASES: list[tuple[str, Args, int, str]] = [
     ("nul-late", lambda h: ["ingest", _file(h, "n.txt", b"a line of text\n" * 6000 + b"\x00end\n"), *SMALL], 2, "NUL bytes"),
     ("name-empty", lambda h: ["ingest", str(h / "x.txt"), "--name", "", *SMALL], 2, "--name is empty"),
     ("name-blank", lambda h: ["ingest", str(h / "x.txt"), "--name", "   ", *SMALL], 2, "--name is empty"),
-    ("directory", lambda h: ["ingest", str(h), *SMALL], 2, "is not a readable file"),
+    ("directory-empty", lambda h: ["ingest", _folder(h, "empty"), *SMALL], 2, "holds no file to ingest"),
+    ("directory-among-files", lambda h: ["ingest", str(h / "x.txt"), _folder(h, "d"), *SMALL], 2, "is a folder among files"),
     ("block-0", lambda h: ["ingest", str(h / "x.txt"), "--block-size", "0"], 2, "below 16"),
     ("block-negative", lambda h: ["ingest", str(h / "x.txt"), "--block-size", "-5"], 2, "below 16"),
     ("memory-negative", lambda h: ["ask", "x", "Who?", "--memory-cache-size", "-1"], 2, "is negative"),

@@ -75,6 +75,16 @@ def test_links_loops_fifos_size_and_binary_are_skipped_with_a_reason(tmp_path: P
     )
 
 
+def test_empty_files_and_names_no_one_can_read_are_skipped(tmp_path: Path) -> None:
+    _write(tmp_path, "a.txt")
+    _write(tmp_path, "__init__.py", b"")
+    os.close(os.open(os.fsencode(tmp_path) + b"/bad\xff.txt", os.O_CREAT | os.O_WRONLY))
+    _write(tmp_path, "esc\x1b[31m.txt")
+    files, skipped = _names(tmp_path)
+    assert files == ["a.txt"]
+    assert skipped == {"empty": ["__init__.py"], "name": ["bad\\udcff.txt", "esc\x1b[31m.txt"]}
+
+
 def test_a_file_is_not_a_folder(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is not a directory"):
         walk(_write(tmp_path, "a.txt"))
