@@ -44,6 +44,7 @@ def docs(
     Example: cascade docs --json"""
     cfg = settings(opt.flags(disk_cache_path=disk_cache_path))
     groups: list[dict[str, object]] = []
+    inside: set[str] = set()
     try:
         store = DiskStore.open(cfg.disk_cache_path, None, readonly=True)
     except NotFoundError:
@@ -65,11 +66,11 @@ def docs(
                 for d in catalog.documents(store.conn, include_partial=True)
             ]
             groups = _collections(store, rows)
+    inside = {str(n) for g in groups for n in g.pop("_names")}  # type: ignore[attr-defined]
     if as_json:
         out.print_json(json.dumps({"documents": rows, "collections": groups}))
         return
-    inside = {str(g["name"]) for g in groups}  # "name/"
-    alone = [r for r in rows if not any(str(r["name"]).startswith(c) for c in inside)]
+    alone = [r for r in rows if r["name"] not in inside]
     table = rows_table("name", "v", "status", "tokens", "chunks", "MiB", "kv")
     for r in sorted([*alone, *groups], key=lambda r: str(r["name"])):
         table.add_row(
@@ -85,13 +86,15 @@ def _collections(store: DiskStore, rows: list[dict[str, object]]) -> list[dict[s
     """Each collection with its files' totals (from `rows`, the documents' rows)."""
     out = []
     for c in collection.collections(store.conn):
-        mine = [r for r in rows if str(r["name"]).startswith(c.name + "/")]
+        names = {d.name for d in collection.members(store.conn, c.name, ready=False)}
+        mine = [r for r in rows if r["name"] in names]
         ready = sum(r["status"] == "ready" for r in mine)
         out.append({
             "name": f"{c.name}/", "version": "", "files": len(mine), "root": c.root,
             "status": f"{ready} files" + (f", {len(mine) - ready} partial" if ready < len(mine) else ""),
             **{k: sum(int(str(r[k])) for r in mine) for k in ("tokens", "chunks", "bytes")},
             "compression": ",".join(sorted({str(r["compression"]) for r in mine})),
+            "_names": sorted(names),
         })  # fmt: skip
     return out
 
@@ -205,12 +208,13 @@ def rm(
     with DiskStore.open(cfg.disk_cache_path, None) as store:
         catalog.sweep(store)
         group = collection.find(store.conn, str(doc))
+        files = set() if group is None else {
+            d.name for d in collection.members(store.conn, group.name, ready=False)
+        }  # fmt: skip
         versions = [
             d
             for d in catalog.documents(store.conn, include_partial=True)
-            if d.name == doc
-            or d.path in (doc, catalog.resolved(str(doc)))
-            or (group is not None and d.name.startswith(f"{group.name}/"))
+            if d.name == doc or d.path in (doc, catalog.resolved(str(doc))) or d.name in files
         ]
         if not versions and group is None:
             raise missing

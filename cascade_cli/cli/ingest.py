@@ -134,11 +134,6 @@ def ingest_cmd(
             raise InputError(f"{f} is not a readable file or folder", "Check the path.")
         if not folder:
             check_name(name or f.stem, "document", "--name notes")
-    if name and not folder and "/" in name:  # `a/b` is the file b of the collection a
-        raise InputError(
-            f"invalid document name {name!r}: a / names a collection's file",
-            "Pass --name without a /, e.g. --name notes.",
-        )
     cfg = settings(
         opt.flags(
             block_size=block_size,

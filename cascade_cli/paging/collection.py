@@ -37,7 +37,14 @@ def m001_collections(conn: sqlite3.Connection) -> None:
     )
 
 
-register_migrations("collections", [m001_collections])
+def m002_collection_files(conn: sqlite3.Connection) -> None:
+    """Which documents are a collection's files (a document's name alone cannot say: `a/b`
+    may be a file of the collection `a`, or a document someone named so)."""
+    conn.execute("CREATE TABLE collection_files (name TEXT PRIMARY KEY, collection TEXT NOT NULL)")
+    conn.execute("CREATE INDEX collection_files_of ON collection_files (collection)")
+
+
+register_migrations("collections", [m001_collections, m002_collection_files])
 
 
 @dataclass(frozen=True)
@@ -53,10 +60,9 @@ def member(name: str, rel: str) -> str:
     return f"{name}/{rel}"
 
 
-def _has_table(conn: sqlite3.Connection) -> bool:
+def _has_table(conn: sqlite3.Connection, table: str = "collections") -> bool:
     return (
-        conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'collections'").fetchone()
-        is not None
+        conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
     )
 
 
@@ -79,12 +85,15 @@ def collections(conn: sqlite3.Connection) -> list[Collection]:
 
 def members(conn: sqlite3.Connection, name: str, ready: bool = True) -> list[catalog.Document]:
     """The newest version of each document of the collection (only ready ones by default)."""
-    prefix = name + "/"
+    if not _has_table(conn, "collection_files"):
+        return []
+    mine = {
+        n
+        for (n,) in conn.execute("SELECT name FROM collection_files WHERE collection = ?", (name,))
+    }
     newest: dict[str, catalog.Document] = {}
     for d in catalog.documents(conn, include_partial=not ready):
-        if d.name.startswith(prefix) and (
-            d.name not in newest or d.version > newest[d.name].version
-        ):
+        if d.name in mine and (d.name not in newest or d.version > newest[d.name].version):
             newest[d.name] = d
     return sorted(newest.values(), key=lambda d: d.name)
 
@@ -92,6 +101,7 @@ def members(conn: sqlite3.Connection, name: str, ready: bool = True) -> list[cat
 def forget(disk: DiskStore, name: str) -> None:
     """Drop the collection's row (its files are removed first, as documents)."""
     with disk.transaction() as conn:
+        conn.execute("DELETE FROM collection_files WHERE collection = ?", (name,))
         conn.execute("DELETE FROM collections WHERE name = ?", (name,))
 
 
@@ -188,21 +198,33 @@ def ingest_tree(
             (name, where, now, now),
         )
         before = {d.name: d for d in members(conn, name, ready=False)}
+        owned = dict(conn.execute("SELECT name, collection FROM collection_files").fetchall())
+        taken = {d.name for d in catalog.documents(conn, include_partial=True)}
     out = TreeResult()
     for path, rel in walk.files:
         step()
-        prev = before.pop(member(name, rel), None)
+        doc_name = member(name, rel)
+        prev = before.pop(doc_name, None)
         if prev is not None and _unchanged(lib, ctx, prev, path):
             out.kept.append(rel)
             out.tokens += prev.tokens
             continue
+        if owned.get(doc_name, name) != name or (doc_name in taken and doc_name not in owned):
+            out.failed.append((rel, f"the name {doc_name!r} holds another document; not replaced"))
+            continue
+        if doc_name not in owned:  # the file is the collection's before its ingest begins
+            with lib.disk.transaction() as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO collection_files (name, collection) VALUES (?, ?)",
+                    (doc_name, name),
+                )
         try:
             source = extract(path, encoding)
         except CascadeError as exc:  # its earlier version, if any, stays
             out.failed.append((rel, exc.one_line()))
             continue
         doc = ingest(
-            ctx, lib, path, member(name, rel), encoding, progress(rel), named=True,
+            ctx, lib, path, doc_name, encoding, progress(rel), named=True,
             notice=notice, source=source, sweep=False,
         )  # fmt: skip
         (out.added if prev is None or prev.status != "ready" else out.changed).append(rel)
@@ -215,6 +237,8 @@ def ingest_tree(
         step()
         for version in versions.get(gone.name, []):
             lib.remove(version)
+        with lib.disk.transaction() as conn:  # after its versions: a crash leaves it listed
+            conn.execute("DELETE FROM collection_files WHERE name = ?", (gone.name,))
         out.dropped.append(gone.name[len(name) + 1 :])
     catalog.sweep(lib.disk)  # the versions the changed files' new ones replace
     return out
