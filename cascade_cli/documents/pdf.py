@@ -6,7 +6,9 @@ killed after `Limits.seconds`: a PDF that loops, eats memory or crashes the read
 line about that file, and the caller's process (its store, its model) is never touched.
 A PDF with no text layer (a scan) is refused, saying so; pages without text in an otherwise
 readable PDF are noted. PDFium joins words it hyphenated at a line's end (it marks the hyphen
-U+FFFE, dropped here).
+U+FFFE, dropped here). A page's running head or foot is dropped — a first or last line that
+is only a page number (`12`, `- 12 -`, `xii`, `Page 12`), or that repeats, numbers aside, on
+most pages — and a sentence that runs on to the next page is not cut by a paragraph break.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from cascade_cli.documents.base import PAGE, Builder, Extracted, Limits
@@ -28,6 +32,28 @@ _FIX_BROKEN = "Check that the file is complete (download it again), or repair it
 #: Characters a page's text is cleaned of: PDFium's hyphen marks, NULs, other controls.
 _CLEAN: dict[int, str | None] = {c: " " for c in range(1, 32) if c not in (0x09, 0x0A, 0x0D)}
 _CLEAN.update({0xFFFE: None, 0x02: None, 0x00: None})
+#: A line that is only a page number.
+_FOLIO = re.compile(r"\W*(?:page\s+)?(?:\d{1,5}|[ivxlcdm]{1,8})(?:\s+of\s+\d{1,5})?\W*", re.I)
+#: Where a paragraph cannot have ended: the page's last character.
+_RUNS_ON = re.compile(r"[^.!?:;\"'”’)\]]\Z")
+
+
+def running(pages: list[str]) -> list[str]:
+    """The pages without their running heads and feet (see the module's docstring)."""
+    split = [p.strip("\n").split("\n") for p in pages]
+
+    def key(line: str) -> str:
+        return re.sub(r"\d+", "#", line.strip().lower())
+
+    ends = Counter(key(ls[i]) for ls in split if ls for i in {0, len(ls) - 1})
+    common = {k for k, n in ends.items() if k and n >= max(3, len(pages) // 2)}
+    out = []
+    for lines in split:
+        for at in (0, -1):
+            while lines and (_FOLIO.fullmatch(lines[at].strip()) or key(lines[at]) in common):
+                lines.pop(at)
+        out.append("\n".join(lines))
+    return out
 
 
 def _run(path: Path, limits: Limits) -> dict[str, object]:
@@ -121,11 +147,15 @@ def extract_pdf(path: Path, limits: Limits) -> Extracted:
             "Run OCR on it first (e.g. `ocrmypdf in.pdf out.pdf`) and ingest the result.",
         )
     b = Builder(str(path), limits.max_chars)
-    for i, page in enumerate(pages, 1):
-        b.block(2)
+    prev = ""
+    for i, page in enumerate(running(pages), 1):
+        text = page.strip("\n")
+        on = prev and _RUNS_ON.search(prev) and text[:1].islower()
+        b.block(1 if on else 2)  # a sentence going on to the next page stays one paragraph
         b.mark(PAGE, str(i))  # a page without text gets no mark: the next one replaces it
-        if page.strip():
-            b.raw(page.strip("\n"))
+        if text.strip():
+            b.raw(text)
+            prev = text
     notes = []
     if blank:
         shown = ", ".join(map(str, blank[:10])) + (" …" if len(blank) > 10 else "")

@@ -330,7 +330,7 @@ def ask(
     gen_time = max(total - (first or total), 1e-9)
     result.answer = "".join(pieces)
     # after the answer: where it came from costs nothing before the first token
-    marked = [(x.owner, x.chunk) for x in quoted] if result.passages else []
+    marked = [(x.owner, x.chunk, x.text) for x in quoted] if result.passages else []
     result.sources = locations.cite(lib.conn, docs, chosen, marked)
     result.reasoning = "".join(thought).strip()
     result.timings = {

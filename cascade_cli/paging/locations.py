@@ -7,15 +7,17 @@ span is read from its recall passages (their offsets are in the same text).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cascade_cli.documents import CHAPTER, HEADING, PAGE, Extracted, Location, Mark, where
 from cascade_cli.paging.catalog import Document
 from cascade_cli.recall import index as recall_index
+from cascade_cli.recall.focus import unmarked
 
 
 def save(conn: sqlite3.Connection, doc_id: int, source: Extracted) -> None:
@@ -118,13 +120,42 @@ def locate_chunk(conn: sqlite3.Connection, doc: Document, idx: int) -> list[Loca
     return locate(conn, doc, *span) if span else []
 
 
+def quote_span(
+    conn: sqlite3.Connection, doc: Document, idx: int, quote: str
+) -> tuple[int, int] | None:
+    """The characters of `doc`'s text a quote of chunk `idx` (or of the neighbour it runs on
+    into) holds: found by its first words among the chunks' passages; None if not found."""
+    core = unmarked(quote)[0]
+    words = core.split()
+    cid = recall_index.corpus_id(conn, doc.owner)
+    if not words or cid is None:
+        return None
+    head = re.compile(r"\s+".join(map(re.escape, words[:6])))
+    rows = conn.execute(
+        "SELECT start, text FROM recall_passages WHERE corpus = ? AND chunk BETWEEN ? AND ?"
+        " ORDER BY chunk, pidx",
+        (cid, idx - 1, idx + 1),
+    )
+    for start, text in rows:
+        found = head.search(text)
+        if found:
+            return int(start) + found.start(), int(start) + found.start() + len(core)
+    return None
+
+
 def sources(
-    conn: sqlite3.Connection, doc: Document, chunks: Iterable[int], quoted: Iterable[int] = ()
+    conn: sqlite3.Connection,
+    doc: Document,
+    chunks: Iterable[int],
+    quoted: Iterable[int] = (),
+    quotes: Mapping[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The places an answer was given, in document order: one entry per run of adjacent
     chunks, as `{"doc", "path", "lines": [first, last] | None, "page": int | None,
-    "section": str | None, "quoted": bool, "chunks": [...]}`. A version without a location
-    map (ingested before maps were kept) cites its chunks with every location None."""
+    "section": str | None, "quoted": bool, "chunks": [...]}`. A quoted run's page and section
+    are where its quote is (`quotes`: the quoted text by chunk; else its first chunk's). A
+    version without a location map (ingested before maps were kept) cites its chunks with
+    every location None."""
     marked = set(quoted)
     marks, lines_at = load(conn, doc.id)  # the map once, not once per chunk
     out: list[dict[str, Any]] = []
@@ -134,10 +165,18 @@ def sources(
         lines = [int(x) for loc in locs if loc.kind == "lines" for x in loc.label.split("-")]
         pages = [int(loc.label) for loc in locs if loc.kind == PAGE and loc.label.isdigit()]
         sections = [loc.label for loc in locs if loc.kind in (CHAPTER, HEADING)]
+        at = quote_span(conn, doc, idx, (quotes or {}).get(idx, "")) if idx in marked else None
+        if at is not None and (marks or lines_at):  # where the quote itself is
+            held = where(marks, lines_at, *at)
+            pages = [int(x.label) for x in held if x.kind == PAGE and x.label.isdigit()] or pages
+            sections = [x.label for x in held if x.kind in (CHAPTER, HEADING)] or sections
         prev = out[-1] if out else None
         if prev is not None and prev["chunks"][-1] == idx - 1:  # one run: widen it
             if lines and prev["lines"]:
                 prev["lines"][1] = max(prev["lines"][1], lines[-1])
+            if idx in marked and not prev["quoted"]:
+                prev["page"] = pages[0] if pages else prev["page"]
+                prev["section"] = sections[-1] if sections else prev["section"]
             prev["quoted"] = prev["quoted"] or idx in marked
             prev["chunks"].append(idx)
             continue
@@ -159,16 +198,18 @@ def cite(
     conn: sqlite3.Connection,
     documents: Sequence[Document],
     recalled: Iterable[tuple[str, int]],
-    quoted: Iterable[tuple[str, int]] = (),
+    quoted: Iterable[tuple[str, int, str]] = (),
 ) -> list[dict[str, Any]]:
-    """The sources of one answer, whatever asked it (`ask`, a chat turn): `sources` of each of
-    `documents` whose chunks were `recalled` ((owner, chunk), in window order; a document in
-    the order its first chunk came), `quoted` ((owner, chunk)) marked."""
+    """The sources of one answer, whatever asked it (`ask`, a chat turn, a served request):
+    `sources` of each of `documents` whose chunks were `recalled` ((owner, chunk), in window
+    order; a document in the order its first chunk came), `quoted` ((owner, chunk, the quoted
+    text)) marked where the quote is."""
     by_owner = {d.owner: d for d in documents}
     recalled = [(o, i) for o, i in recalled if o in by_owner]
-    marked = set(quoted)
+    marked = list(quoted)
     out: list[dict[str, Any]] = []
     for doc in dict.fromkeys(by_owner[o] for o, _ in recalled):
         mine = [i for o, i in recalled if o == doc.owner]
-        out += sources(conn, doc, mine, [i for o, i in marked if o == doc.owner])
+        texts = {i: t for o, i, t in marked if o == doc.owner}
+        out += sources(conn, doc, mine, list(texts), texts)
     return out

@@ -208,7 +208,7 @@ class PromptService(Replier):
             prepare=lambda older: self.blocks.index(older, block_of),
         )  # fmt: skip
         if docs:
-            quoted = [(q.owner, q.chunk) for q in laid.plan.quotes]
+            quoted = [(q.owner, q.chunk, q.text) for q in laid.plan.quotes]
             with self.lib.disk.lock:
                 run.result.sources = locations.cite(self.lib.conn, docs, laid.plan.recalled, quoted)
         if laid.plan.cut:

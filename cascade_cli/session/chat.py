@@ -50,7 +50,7 @@ class TurnStats:
     paged_in: int = 0
     #: the documents' chunks laid out for the reply and those quoted, as (owner, chunk)
     recalled_chunks: list[tuple[str, int]] = field(default_factory=list)
-    quoted_chunks: list[tuple[str, int]] = field(default_factory=list)
+    quoted_chunks: list[tuple[str, int, str]] = field(default_factory=list)
 
 
 class ChatSession(SessionState):
@@ -97,7 +97,7 @@ class ChatSession(SessionState):
             labels = laid.labels
             stats.recall_s = laid.plan.recall_s
             stats.recalled_chunks = list(laid.plan.recalled)
-            stats.quoted_chunks = [(q.owner, q.chunk) for q in laid.plan.quotes]
+            stats.quoted_chunks = [(q.owner, q.chunk, q.text) for q in laid.plan.quotes]
             for note in laid.plan.notes:
                 self.notify(note)
             before = set(self.pages.keys)
