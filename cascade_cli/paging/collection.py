@@ -10,7 +10,6 @@ catalog commit, so a run killed anywhere resumes where it stopped.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from cascade_cli.paging.ask import Notice, quiet
 from cascade_cli.paging.ingest import Progress, ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.registry import sha256_file
 from cascade_cli.store import DiskStore, register_migrations
 
 
@@ -141,14 +141,10 @@ class TreeResult:
 
 
 def _sha256(path: Path) -> str | None:
-    h = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
+        return sha256_file(path)
+    except OSError:  # gone or unreadable since the walk: ingest it, and say why if it fails
         return None
-    return h.hexdigest()
 
 
 def _unchanged(lib: Library, ctx: Context, prev: catalog.Document, path: Path) -> bool:

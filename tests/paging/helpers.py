@@ -217,3 +217,20 @@ def kv_of(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
     k = np.stack(blob.k)
     v = np.stack([blob.v_rows(i) for i in range(blob.header.n_layer)])
     return k, v
+
+
+def v_after_neighbour(ctx: Any, lib: Library, doc: Any, idx: int, window: int) -> np.ndarray:
+    """V of chunk `idx` of `doc` decoded right after the sink and chunk idx - 1 alone: the
+    chunk in a context other than the one ingest made it in (a recompute's yardstick)."""
+    from cascade_cli.paging.prompt import frame
+    from cascade_cli.paging.window import Window
+
+    win = Window(ctx, window)
+    win.append(frame(ctx.model).prefix)
+    win.append(lib.disk.meta(doc.chunk_key(idx - 1)).tokens.tolist())
+    tokens = lib.disk.meta(doc.chunk_key(idx)).tokens.tolist()
+    pos = win.end
+    win.append(tokens)
+    other = kv.parse(win.save(pos, pos + len(tokens)))
+    win.reset()
+    return np.stack([other.v_rows(i) for i in range(other.header.n_layer)])

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context
 from cascade_cli.paging import catalog
 from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.window import Window
 from tests.paging.helpers import (
     BLOCK,
     WINDOW,
@@ -23,6 +18,7 @@ from tests.paging.helpers import (
     flip,
     kv_of,
     rel_err,
+    v_after_neighbour,
     write_text,
 )
 
@@ -79,15 +75,7 @@ def test_recomputed_chunk_is_made_in_its_own_context(
     assert after.pos == before.pos
     k1, v1 = kv_of(lib.disk.get(after.key))
     own = rel_err(v1, v0)
-    # the same chunk decoded right after the sink (its neighbour's context differs): further off
-    win = Window(ctx, WINDOW)
-    win.append(frame(ctx.model).prefix)
-    win.append(lib.disk.meta(doc.chunk_key(idx - 1)).tokens.tolist())
-    pos = win.end
-    win.append(before.tokens.tolist())
-    other = kv.parse(win.save(pos, pos + before.n_tokens))
-    v_other = np.stack([other.v_rows(i) for i in range(other.header.n_layer)])
-    win.reset()
+    v_other = v_after_neighbour(ctx, lib, doc, idx, WINDOW)  # another context: further off
     assert own < 0.7 * rel_err(v_other, v0), (own, rel_err(v_other, v0))
     assert rel_err(k1, k0) < 0.1
 

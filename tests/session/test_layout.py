@@ -10,18 +10,24 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from cascade_cli import kv
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context, Model
 from cascade_cli.kv import blob as kvblob
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
 from cascade_cli.paging.verify import check
-from cascade_cli.paging.window import Window
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.session.pages import Page
-from tests.paging.helpers import NEEDLE, chunk_text, file_of, flip, kv_of, rel_err, write_text
+from tests.paging.helpers import (
+    NEEDLE,
+    chunk_text,
+    file_of,
+    flip,
+    kv_of,
+    rel_err,
+    v_after_neighbour,
+    write_text,
+)
 
 WINDOW = 1024
 GREEDY = {"temperature": 0.0, "max_tokens": 16}
@@ -219,14 +225,6 @@ def test_chat_recomputes_a_damaged_document_chunk_in_its_ingest_context(
         report = check(lib.disk)
         assert not report.damaged, report.damaged
         chat.close()
-        # the chunk decoded right after the sink (its neighbour's context differs): further off
-        win = Window(ctx, WINDOW)
-        win.append(frame(ctx.model).prefix)
-        win.append(lib.disk.meta(doc.chunk_key(idx - 1)).tokens.tolist())
-        pos = win.end
-        win.append(before.tokens.tolist())
-        other = kv.parse(win.save(pos, pos + before.n_tokens))
-        v_other = np.stack([other.v_rows(i) for i in range(other.header.n_layer)])
-        win.reset()
+        v_other = v_after_neighbour(ctx, lib, doc, idx, WINDOW)  # another context: further off
     assert rel_err(v1, v0) < 0.7 * rel_err(v_other, v0), (rel_err(v1, v0), rel_err(v_other, v0))
     assert rel_err(k1, k0) < 0.1
