@@ -11,6 +11,7 @@ from typing import Any
 from cascade_cli.errors import NotFoundError
 from cascade_cli.recall import index as recall_index
 from cascade_cli.store import DiskStore, register_migrations
+from cascade_cli.store.schema import has_table
 
 
 def m001_documents(conn: sqlite3.Connection) -> None:
@@ -114,8 +115,7 @@ _COLS = ", ".join(Document.__dataclass_fields__)
 
 def has_tables(conn: sqlite3.Connection) -> bool:
     """False for a store that never held a document (its docs migrations not applied)."""
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'documents'").fetchone()
-    return row is not None
+    return has_table(conn, "documents")
 
 
 def _doc(row: tuple[Any, ...]) -> Document:

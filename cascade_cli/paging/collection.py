@@ -27,6 +27,7 @@ from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
 from cascade_cli.registry import sha256_file
 from cascade_cli.store import DiskStore, register_migrations
+from cascade_cli.store.schema import has_table
 
 
 def m001_collections(conn: sqlite3.Connection) -> None:
@@ -60,15 +61,9 @@ def member(name: str, rel: str) -> str:
     return f"{name}/{rel}"
 
 
-def _has_table(conn: sqlite3.Connection, table: str = "collections") -> bool:
-    return (
-        conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
-    )
-
-
 def find(conn: sqlite3.Connection, name: str) -> Collection | None:
     """The collection called `name`, or None."""
-    if not _has_table(conn):
+    if not has_table(conn, "collections"):
         return None
     row = conn.execute(
         "SELECT name, root, created, updated FROM collections WHERE name = ?", (name,)
@@ -77,7 +72,7 @@ def find(conn: sqlite3.Connection, name: str) -> Collection | None:
 
 
 def collections(conn: sqlite3.Connection) -> list[Collection]:
-    if not _has_table(conn):
+    if not has_table(conn, "collections"):
         return []
     rows = conn.execute("SELECT name, root, created, updated FROM collections ORDER BY name")
     return [Collection(*r) for r in rows]
@@ -85,7 +80,7 @@ def collections(conn: sqlite3.Connection) -> list[Collection]:
 
 def members(conn: sqlite3.Connection, name: str, ready: bool = True) -> list[catalog.Document]:
     """The newest version of each document of the collection (only ready ones by default)."""
-    if not _has_table(conn, "collection_files"):
+    if not has_table(conn, "collection_files"):
         return []
     mine = {
         n

@@ -34,6 +34,7 @@ from cascade_cli.paging.prompt import frame
 from cascade_cli.store import ChunkMeta, DiskStore, register_migrations
 from cascade_cli.store.address import address as content_address
 from cascade_cli.store.remote import Record, RemoteTier
+from cascade_cli.store.schema import has_table
 
 log = logging.getLogger("cascade.remote")
 
@@ -82,7 +83,7 @@ def chunk_address(parent: str, meta: ChunkMeta) -> str:
 
 def held_remotely(conn: sqlite3.Connection, doc: catalog.Document) -> set[int]:
     """Indices of ``doc``'s chunks recorded as fetchable from the remote tier."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'remote_chunks'").fetchone() is None:
+    if not has_table(conn, "remote_chunks"):
         return set()
     rows = conn.execute(
         "SELECT idx FROM remote_chunks WHERE owner = ? AND stamp = ?", (doc.owner, doc.created)

@@ -14,6 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cascade_cli.store import register_migrations
+from cascade_cli.store.schema import has_table as _has
 
 PREFIX = "api:"
 
@@ -56,8 +57,7 @@ def owner_for(root_hash: str) -> str:
 
 
 def has_table(conn: sqlite3.Connection) -> bool:
-    found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'api_blocks'").fetchone()
-    return found is not None
+    return _has(conn, "api_blocks")
 
 
 def lookup(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Row]:

@@ -20,6 +20,7 @@ import numpy as np
 from cascade_cli import errors
 from cascade_cli.errors import NotFoundError
 from cascade_cli.store import register_migrations
+from cascade_cli.store.schema import has_table as _has
 
 
 def m001_sessions(conn: sqlite3.Connection) -> None:
@@ -145,9 +146,7 @@ _COLS = "id, name, model, fingerprint, scheme, settings, layout, turns, tokens, 
 
 def has_tables(conn: sqlite3.Connection) -> bool:
     """False for a store that never opened read-write with this layer's migrations."""
-    return (
-        conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sessions'").fetchone() is not None
-    )
+    return _has(conn, "sessions")
 
 
 def _session(row: tuple[Any, ...]) -> Session:

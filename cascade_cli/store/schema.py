@@ -112,12 +112,15 @@ def _ensure_table(conn: sqlite3.Connection) -> None:
     )
 
 
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the index has table `name` (a layer's migrations may not have run yet)."""
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+    return found is not None
+
+
 def applied(conn: sqlite3.Connection) -> set[tuple[str, str]]:
     """(namespace, name) of every migration already applied."""
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
-    ).fetchone()
-    if not exists:
+    if not has_table(conn, "_migrations"):
         return set()
     return {(ns, name) for ns, name in conn.execute("SELECT namespace, name FROM _migrations")}
 
