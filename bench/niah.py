@@ -48,6 +48,7 @@ from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.sliding import SlidingWriter  # noqa: E402
 from cascade_cli.recall import index as rindex  # noqa: E402
 from cascade_cli.recall import service  # noqa: E402
+from cascade_cli.recall.passages import Passage  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 
 HOME = ROOT / ".cascade-test" / "models"
@@ -170,18 +171,17 @@ def copy_chunk(
         dst = rindex.corpus_id(conn, doc.owner, create=True)
         assert src is not None and dst is not None
         rows = conn.execute(
-            "SELECT pidx, start, text, vec FROM recall_passages WHERE corpus = ? AND chunk = ?",
+            "SELECT pidx, start, text, vec FROM recall_passages WHERE corpus = ? AND chunk = ?"
+            " ORDER BY pidx",
             (src, meta.index),
         ).fetchall()
-        for pidx, start, text, vec in rows:
-            conn.execute(
-                "INSERT INTO recall_passages (corpus, chunk, pidx, start, text, vec) VALUES (?, ?, ?, ?, ?, ?)",
-                (dst, meta.index, pidx, start, text, vec),
-            )
-            conn.execute(
-                f"INSERT INTO {rindex.fts_table(dst)} (text, chunk, pidx) VALUES (?, ?, ?)",
-                (text, meta.index, pidx),
-            )
+        rindex.add(
+            conn, doc.owner, meta.index, [Passage(start, text) for _, start, text, _ in rows]
+        )
+        conn.executemany(
+            "UPDATE recall_passages SET vec = ? WHERE corpus = ? AND chunk = ? AND pidx = ?",
+            [(vec, dst, meta.index, pidx) for pidx, _, _, vec in rows],
+        )
     return stored
 
 
@@ -312,7 +312,7 @@ def main() -> None:
         base = base_document(ctx, lib, args.text, int(max(args.lengths) * args.window))
         if args.reindex:
             lib.recall.forget(base.owner)
-            ensure_indexed(ctx, lib, base, print)
+            ensure_indexed(ctx, lib, [base], print)
         plan: list[tuple[str, float, float]] = []  # task, depth, length; single needles first
         for times in args.lengths:
             for name in ("single", "niah", "paraphrase"):

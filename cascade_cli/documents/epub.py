@@ -21,6 +21,7 @@ from urllib.parse import unquote, urldefrag
 
 from cascade_cli.documents.base import CHAPTER, Builder, Extracted, Limits, label
 from cascade_cli.documents.html import LEVELS, parse_html, parse_xml, plain, walk
+from cascade_cli.documents.reading import open_file
 from cascade_cli.errors import InputError
 
 _XHTML = {"application/xhtml+xml", "text/html", "application/xml", "text/xml"}
@@ -98,7 +99,7 @@ def _resolve(base: str, href: str) -> str:
 
 def _open(path: Path, limits: Limits) -> _Book:
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(path)  # a regular file: extract sniffed it through open_file
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
         raise InputError(f"{path} is not a readable EPUB ({exc})", _FIX_BROKEN) from None
     except OSError as exc:
@@ -193,7 +194,7 @@ def extract_epub(path: Path, limits: Limits) -> Extracted:
         raise InputError(f"{path} holds no text (only images?)", "Pass an EPUB with text.")
     notes = [f"{missing} chapters named in the spine are missing from the archive"] * bool(missing)
     sha = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open_file(path) as fh:
         while block := fh.read(1 << 20):
             sha.update(block)
     return Extracted(text, "epub", sha.hexdigest(), b.marks, notes=notes)

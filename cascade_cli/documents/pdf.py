@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from cascade_cli.documents.base import PAGE, Builder, Extracted, Limits
+from cascade_cli.documents.reading import open_file
 from cascade_cli.errors import InputError
 
 #: The directory cascade_cli is imported from: the child imports the same code.
@@ -129,7 +130,7 @@ def extract_pdf(path: Path, limits: Limits) -> Extracted:
     """The PDF's text layer, one page after another, with a mark at each page."""
     sha = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
+        with open_file(path) as fh:
             while block := fh.read(1 << 20):
                 sha.update(block)
     except OSError as exc:

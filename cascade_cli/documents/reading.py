@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from cascade_cli.errors import InputError
 
@@ -15,16 +18,33 @@ def head(path: Path, n: int = 1024) -> bytes:
     return _read(path, n)
 
 
-def _read(path: Path, n: int | None) -> bytes:
+def open_file(path: Path) -> BinaryIO:
+    """`path` opened for reading; an InputError for anything but a regular file, found without
+    blocking (a FIFO opened the usual way waits for a writer forever — a file a directory walk
+    listed can be swapped for one before it is read)."""
     try:
-        with path.open("rb") as fh:
-            return fh.read() if n is None else fh.read(n)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InputError(f"{path} does not exist", "Check the file name.") from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory", "Pass a file.") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc}", "Check the file's permissions.") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path} is a directory", "Pass a file, or a folder to `ingest`.")
+        raise InputError(f"{path} is not a regular file (a FIFO, socket or device)", "Pass a file.")
+    return os.fdopen(fd, "rb")
+
+
+def _read(path: Path, n: int | None) -> bytes:
+    with open_file(path) as fh:
+        try:
+            return fh.read() if n is None else fh.read(n)
+        except OSError as exc:
+            raise InputError(
+                f"cannot read {path}: {exc}", "Check the file's permissions."
+            ) from None
 
 
 def read_bytes(path: Path, limit: int | None = None) -> bytes:

@@ -1,12 +1,16 @@
 """Which files of a directory tree become documents of a collection, and which are skipped, why.
 
 `walk(root)` lists the regular files under `root` that a person would call the tree's text:
-it honours every `.gitignore` in the tree (and `.git/info/exclude`) with pathspec's Git
-matcher, the deeper file deciding first as Git does; skips `.git` and the usual build and
-dependency folders; never follows a symbolic link to a directory (so a link loop cannot trap
-it) nor a link to a file outside the tree; and skips FIFOs, sockets and devices, files past a
-size limit, binary files (NUL bytes in their first 8 KiB, unless PDF or EPUB) and files it
-cannot read. Nothing here reads more than a file's first bytes.
+it honours every `.gitignore` in the tree, and where `root` is a folder inside a Git working
+tree those of the folders above it up to the repository's top (and its `.git/info/exclude`),
+with pathspec's Git matcher, the deeper file deciding first as Git does; skips `.git` and the
+usual build and dependency folders; never follows a symbolic link to a directory (so a link
+loop cannot trap it), nor a link to a file outside the tree or to one the walk does not take
+itself (an ignored file, a file in `.git`); and skips FIFOs, sockets and devices, files past a
+size limit, binary files (NUL bytes in their first 8 KiB, unless PDF or EPUB), files with
+nothing but whitespace ("empty") and files it cannot read. Nothing here reads more than a
+file's first bytes; a file swapped for a FIFO after the walk is refused when it is read
+(documents.reading.open_file).
 """
 
 from __future__ import annotations
@@ -60,13 +64,15 @@ class Walk:
 
 @dataclass
 class _Rules:
-    """The ignore files that apply in one folder: (folder relative to the root, matcher)."""
+    """The ignore files that apply in one folder: (folder relative to the root, the root's path
+    relative to an ignore file's folder above the root — '' for one inside it —, matcher)."""
 
-    specs: list[tuple[str, pathspec.PathSpec]]
+    specs: list[tuple[str, str, pathspec.PathSpec]]
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
-        for base, spec in reversed(self.specs):  # the deepest .gitignore decides first
+        for base, lead, spec in reversed(self.specs):  # the deepest .gitignore decides first
             sub = rel[len(base) + 1 :] if base else rel
+            sub = f"{lead}/{sub}" if lead else sub
             res = spec.check_file(sub + "/" if is_dir else sub)
             if res.include is not None:
                 return bool(res.include)
@@ -88,12 +94,9 @@ def walk(root: Path, max_bytes: int = MAX_FILE, exclude: Iterable[Path] = ()) ->
         raise InputError(f"{root} is not a directory", "Pass a folder, or a file to ingest.")
     top = root.resolve()
     out = Walk()
-    base: list[tuple[str, pathspec.PathSpec]] = []
     skip = {p.resolve() for p in exclude}
-    git_exclude = _spec(top / ".git" / "info" / "exclude")
-    if git_exclude is not None:
-        base.append(("", git_exclude))
-    for folder, rules, files in _folders(top, _Rules(base), out, skip):
+    links: list[tuple[str, str]] = []  # (link, its target), both relative to the root
+    for folder, rules, files in _folders(top, _Rules(_above(top)), out, skip):
         for name in files:
             rel = f"{folder}/{name}" if folder else name
             if not _printable(rel):  # not UTF-8, or control characters: a name no one can see
@@ -105,9 +108,38 @@ def walk(root: Path, max_bytes: int = MAX_FILE, exclude: Iterable[Path] = ()) ->
             reason = _check(top, top / rel, max_bytes)
             if reason:
                 out.skip(reason, rel)
+            elif os.path.islink(top / rel):
+                links.append((rel, (top / rel).resolve().relative_to(top).as_posix()))
             else:
                 out.files.append((top / rel, rel))
+    taken = {rel for _, rel in out.files}
+    for rel, target in links:  # a link reads only what the walk takes itself
+        if target in taken:
+            out.files.append((top / rel, rel))
+        else:
+            out.skip("ignored", rel)
     out.files.sort(key=lambda f: f[1])
+    return out
+
+
+def _above(top: Path) -> list[tuple[str, str, pathspec.PathSpec]]:
+    """The ignore rules from above `top`: where it is inside a Git working tree, the
+    `.git/info/exclude` of its repository and the `.gitignore` of each folder from the
+    repository's top down to `top`'s parent (`top`'s own is read by the walk)."""
+    repo = next((p for p in (top, *top.parents) if (p / ".git").exists()), None)
+    if repo is None:
+        return []
+    out = []
+    exclude = _spec(repo / ".git" / "info" / "exclude")
+    lead = top.relative_to(repo).as_posix()
+    lead = "" if lead == "." else lead
+    if exclude is not None:
+        out.append(("", lead, exclude))
+    for folder in reversed(top.parents):
+        if folder == repo or folder.is_relative_to(repo):
+            spec = _spec(folder / ".gitignore")
+            if spec is not None:
+                out.append(("", top.relative_to(folder).as_posix(), spec))
     return out
 
 
@@ -129,7 +161,7 @@ def _folders(
         if ".gitignore" in files:
             spec = _spec(Path(path) / ".gitignore")
             if spec is not None:
-                here = _Rules([*here.specs, (folder, spec)])
+                here = _Rules([*here.specs, (folder, "", spec)])
         keep = []
         for d in sorted(dirs):
             rel = f"{folder}/{d}" if folder else d
@@ -176,6 +208,8 @@ def _check(top: Path, path: Path, max_bytes: int) -> str:
             first = fh.read(SNIFF)
     except (OSError, RuntimeError):  # gone, no permission, a link loop
         return "unreadable"
+    if st.st_size <= SNIFF and not first.strip():
+        return "empty"  # whitespace only: nothing to read
     if b"\x00" in first:
         try:
             if sniff(path, first) in ("pdf", "epub"):

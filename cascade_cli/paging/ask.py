@@ -57,27 +57,35 @@ class AskResult:
 
 
 def ensure_indexed(
-    ctx: Context, lib: Library, doc: catalog.Document, notice: Notice = quiet
+    ctx: Context, lib: Library, docs: Sequence[catalog.Document], notice: Notice = quiet
 ) -> None:
-    """Give a document ingested before passage recall (or whose recall rows a crash lost) its
-    passages, from the chunks' stored token ids, and embed what is not embedded — saying so."""
-    have = lib.recall.indexed(doc.owner)
-    if len(have) < doc.chunks:
-        notice(
-            f"indexing {doc.chunks - len(have)} chunks of '{doc.name}' for passage recall "
-            "(once: it was ingested before passage recall)"
-        )
-        chars = 0
-        for meta in sorted(lib.disk.chunks(doc.owner), key=lambda m: m.index):
-            text = ctx.model.detokenize(meta.tokens.tolist())
-            if meta.index not in have:
-                lib.recall.index(doc.owner, meta.index, text, chars)
-            chars += len(text)
+    """Give documents ingested before passage recall (or whose recall rows a crash lost) their
+    passages, from the chunks' stored token ids, and embed what is not embedded — saying so.
+    One query finds them among a whole collection's files."""
+    counts = lib.recall.indexed_counts([d.owner for d in docs])
+    for doc in docs:
+        if counts.get(doc.owner, 0) < doc.chunks:
+            _index_again(ctx, lib, doc, notice)
     if lib.recall.semantic:
         lib.recall.flush()
-        pending = lib.recall.pending([doc.owner])
+        pending = lib.recall.pending([d.owner for d in docs])
         if pending > 32:
-            notice(f"embedding {pending} passages of '{doc.name}' for semantic recall (once)")
+            what = f"'{docs[0].name}'" if len(docs) == 1 else f"{len(docs)} documents"
+            notice(f"embedding {pending} passages of {what} for semantic recall (once)")
+
+
+def _index_again(ctx: Context, lib: Library, doc: catalog.Document, notice: Notice) -> None:
+    have = lib.recall.indexed(doc.owner)
+    notice(
+        f"indexing {doc.chunks - len(have)} chunks of '{doc.name}' for passage recall "
+        "(once: it was ingested before passage recall)"
+    )
+    chars = 0
+    for meta in sorted(lib.disk.chunks(doc.owner), key=lambda m: m.index):
+        text = ctx.model.detokenize(meta.tokens.tolist())
+        if meta.index not in have:
+            lib.recall.index(doc.owner, meta.index, text, chars)
+        chars += len(text)
 
 
 def plan(
@@ -106,7 +114,7 @@ def plan(
     bare = question_tokens(ctx.model, fr, question)
     req = Request(
         window=window, head=len(fr.prefix), tail=len(bare) + reserve, query=question, mode=mode,
-        sources=[lib.source(d) for d in _listed(doc)], fill=True, top_k=top_k, neighbors=neighbors, order=order,
+        sources=lib.sources(_listed(doc)), fill=True, top_k=top_k, neighbors=neighbors, order=order,
         quote=quote,
     )  # fmt: skip
     laid = layout(lib.recall, req)
@@ -227,8 +235,7 @@ def ask(
     default) keeps the answer from looping and leaves numbers alone."""
     docs = _listed(doc)
     by_owner = {d.owner: d for d in docs}
-    for d in docs:
-        ensure_indexed(ctx, lib, d, notice)
+    ensure_indexed(ctx, lib, docs, notice)
     t0 = time.perf_counter()
     reserve = reserve_for(max_tokens, window)
     win = Window(ctx, window)

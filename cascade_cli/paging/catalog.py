@@ -122,12 +122,22 @@ def _doc(row: tuple[Any, ...]) -> Document:
     return Document(*row)
 
 
-def documents(conn: sqlite3.Connection, include_partial: bool = False) -> list[Document]:
-    """Ready document versions, optionally with unfinished ingests, by name then version."""
+def documents(
+    conn: sqlite3.Connection,
+    include_partial: bool = False,
+    names: str | None = None,
+    args: tuple[Any, ...] = (),
+) -> list[Document]:
+    """Ready document versions, optionally with unfinished ingests, by name then version;
+    `names`: only those whose name this SQL query (with `args`) selects."""
     if not has_tables(conn):
         return []
-    where = "" if include_partial else "WHERE status = 'ready'"
-    rows = conn.execute(f"SELECT {_COLS} FROM documents {where} ORDER BY name, version").fetchall()
+    where = ["1"] if include_partial else ["status = 'ready'"]
+    if names is not None:
+        where.append(f"name IN ({names})")
+    rows = conn.execute(
+        f"SELECT {_COLS} FROM documents WHERE {' AND '.join(where)} ORDER BY name, version", args
+    ).fetchall()
     return [_doc(r) for r in rows]
 
 

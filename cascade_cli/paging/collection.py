@@ -82,13 +82,10 @@ def members(conn: sqlite3.Connection, name: str, ready: bool = True) -> list[cat
     """The newest version of each document of the collection (only ready ones by default)."""
     if not has_table(conn, "collection_files"):
         return []
-    mine = {
-        n
-        for (n,) in conn.execute("SELECT name FROM collection_files WHERE collection = ?", (name,))
-    }
     newest: dict[str, catalog.Document] = {}
-    for d in catalog.documents(conn, include_partial=not ready):
-        if d.name in mine and (d.name not in newest or d.version > newest[d.name].version):
+    mine = "SELECT name FROM collection_files WHERE collection = ?"
+    for d in catalog.documents(conn, not ready, mine, (name,)):
+        if d.name not in newest or d.version > newest[d.name].version:
             newest[d.name] = d
     return sorted(newest.values(), key=lambda d: d.name)
 

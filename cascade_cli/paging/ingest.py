@@ -163,7 +163,7 @@ def ingest(
         if not finished or not locations.has_map(conn, doc.id):
             locations.save(conn, doc.id, source)
     if finished:  # nothing to decode; a store from before passage recall gets its passages
-        ensure_indexed(ctx, lib, doc, notice)
+        ensure_indexed(ctx, lib, [doc], notice)
         return doc
     lib.disk.set_pinned(doc.owner, True)  # the disk budget never evicts an unfinished ingest
     writer = SlidingWriter(ctx, lib, doc)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -211,19 +211,36 @@ class Library:
                 raise
             return meta
 
-    def source(self, doc: catalog.Document, frame: int = 0) -> Source:
-        """`doc` as a source the planner may recall from (`frame`: tokens around its excerpts):
-        chunk sizes from its block size, chunks the disk budget evicted (and no remote tier
-        holds) left out."""
-        gone = self.disk.evicted(doc.owner)
-        counts = self.recall.passage_counts(doc.owner)
+    def sources(
+        self, docs: Sequence[catalog.Document], frames: Mapping[str, int] | None = None
+    ) -> list[Source]:
+        """`docs` as sources the planner may recall from (`frames`: tokens around a document's
+        excerpts, by owner): chunk sizes from the block size, chunks the disk budget evicted
+        (and no remote tier holds) left out. One query for the evicted chunks of all of them;
+        passage counts are read for the chunks the planner asks about."""
+        evicted = self.disk.evicted_of([d.owner for d in docs])
+        counts: dict[str, dict[int, int]] = {}
 
-        def size(i: int) -> int | None:
-            if doc.chunk_key(i) in gone and (self.remote is None or not self.remote.held(doc, i)):
-                return None
-            return min(doc.block_size, doc.tokens - i * doc.block_size)
+        def count(owner: str) -> dict[int, int]:
+            if owner not in counts:
+                counts[owner] = self.recall.passage_counts(owner)
+            return counts[owner]
 
-        return Source(doc.owner, doc.name, doc.chunks, size, lambda i: counts.get(i, 1), frame)
+        frames = frames or {}
+        return [
+            Source(d.owner, d.name, d.chunks, d.block_size, d.tokens,
+                   self._gone(d, evicted[d.owner]) if d.owner in evicted else frozenset(),
+                   frames.get(d.owner, 0), count)
+            for d in docs
+        ]  # fmt: skip
+
+    def _gone(self, doc: catalog.Document, keys: set[str]) -> frozenset[int]:
+        """Chunks of `doc` among the evicted `keys` that no remote tier holds either."""
+        return frozenset(
+            i
+            for i in range(doc.chunks)
+            if doc.chunk_key(i) in keys and (self.remote is None or not self.remote.held(doc, i))
+        )
 
     def remove(self, doc: catalog.Document) -> int:
         """Delete a document version (catalog and recall rows, then chunks) and its RAM-tier

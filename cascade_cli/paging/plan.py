@@ -24,7 +24,7 @@ recalled and in which order, and which passages are quoted right before the ques
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cascade_cli.config import Settings
@@ -118,12 +118,48 @@ class Source:
     owner: str
     name: str
     chunks: int
-    #: tokens of chunk i, or None when the store cannot serve it (evicted)
-    size: Callable[[int], int | None]
-    #: passages in chunk i (a hit on an edge passage brings its neighbour)
-    passages: Callable[[int], int] = lambda i: 1
+    #: tokens per chunk, and the document's tokens (its last chunk may be short)
+    block: int
+    tokens: int
+    #: chunks the store cannot serve (evicted by the disk budget, held by no remote tier)
+    gone: frozenset[int] = frozenset()
     #: tokens around its excerpts, paid once when any is recalled (a document in a conversation)
     frame: int = 0
+    #: passages per chunk of an owner, read when asked (a hit on an edge passage brings its
+    #: neighbour); None: one each
+    counts: Callable[[str], Mapping[int, int]] | None = None
+
+    def size(self, i: int) -> int | None:
+        """Tokens of chunk i, or None when it is not there to recall."""
+        if not 0 <= i < self.chunks or i in self.gone:
+            return None
+        return min(self.block, self.tokens - i * self.block)
+
+    def passages(self, i: int) -> int:
+        return 1 if self.counts is None else self.counts(self.owner).get(i, 1)
+
+
+class _Chunks(Mapping[int, int]):
+    """A source's recallable chunks and their sizes, without listing them (a collection of
+    10,000 files has ~100,000)."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+    def __getitem__(self, i: int) -> int:
+        n = self.source.size(i)
+        if n is None:
+            raise KeyError(i)
+        return n
+
+    def __contains__(self, i: object) -> bool:
+        return isinstance(i, int) and self.source.size(i) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i in range(self.source.chunks) if i not in self.source.gone)
+
+    def __len__(self) -> int:
+        return self.source.chunks - len(self.source.gone)
 
 
 @dataclass
@@ -191,10 +227,10 @@ def plan(recall: Recall, req: Request) -> Plan:
         req.prepare(list(older))
     sizes = _sizes(req, older, out.notes)
     t0 = time.perf_counter()
-    if sizes:
-        scope = {o: set(s) for o, s in sizes.items()}
+    if sizes:  # a document with every chunk there needs no scope
+        scope = {o: set(s) for o, s in sizes.items() if not isinstance(s, _Chunks) or s.source.gone}
         out.hits = recall.search(
-            list(scope), query_of(req.query), req.mode, limit=32, subject=req.fill, scope=scope
+            list(sizes), query_of(req.query), req.mode, limit=32, subject=req.fill, scope=scope
         )
     hits = [h for h in out.hits if sizes[h.owner].get(h.chunk) is not None]
     budget = free - room - sum(t.n for t in kept)
@@ -230,26 +266,33 @@ def plan(recall: Recall, req: Request) -> Plan:
     return out
 
 
-def _sizes(req: Request, older: Sequence[Turn], notes: list[str]) -> dict[str, dict[int, int]]:
+def _sizes(req: Request, older: Sequence[Turn], notes: list[str]) -> dict[str, Mapping[int, int]]:
     """Every recallable chunk's size by owner: the documents' (evicted ones left out, with a
     note once per document) and the conversation's turns that did not stay."""
-    out: dict[str, dict[int, int]] = {}
+    out: dict[str, Mapping[int, int]] = {}
     for s in req.sources:
-        sized = {i: s.size(i) for i in range(s.chunks)}
-        gone = [i for i, n in sized.items() if n is None]
-        if gone:
+        if s.gone:
             notes.append(
-                f"{len(gone)} chunk(s) of '{s.name}' were evicted by the disk budget and are "
+                f"{len(s.gone)} chunk(s) of '{s.name}' were evicted by the disk budget and are "
                 "skipped (ingest it again to bring them back)"
             )
-        out[s.owner] = {i: n for i, n in sized.items() if n is not None}
+        out[s.owner] = _Chunks(s)
+    turns: dict[str, dict[int, int]] = {}
     for t in older:
-        out.setdefault(t.owner, {})[t.index] = t.n
-    return {o: d for o, d in out.items() if d}
+        turns.setdefault(t.owner, {})[t.index] = t.n
+    out.update(turns)
+    return {o: d for o, d in out.items() if len(d)}
+
+
+def _count(chunks: Mapping[int, int] | None) -> int:
+    """One more than the last recallable chunk (what `fill` may reach)."""
+    if isinstance(chunks, _Chunks):
+        return chunks.source.chunks
+    return max(chunks or {0: 0}) + 1
 
 
 def _choose(
-    req: Request, hits: Sequence[Hit], sizes: dict[str, dict[int, int]], budget: int
+    req: Request, hits: Sequence[Hit], sizes: dict[str, Mapping[int, int]], budget: int
 ) -> list[tuple[str, int]]:
     """(owner, chunk) to recall, best first, within `budget` tokens."""
     frames = {s.owner: s.frame for s in req.sources}
@@ -265,7 +308,7 @@ def _choose(
         for owner, chunk in fill(
             hits,
             len(hits) + 2 * req.neighbors * len(hits),
-            lambda o: max(sizes.get(o, {0: 0})) + 1,
+            lambda o: _count(sizes.get(o)),
             lambda o, c: by_owner[o].passages(c) if o in by_owner else 1,
             max_hits=req.top_k,
             neighbors=req.neighbors,

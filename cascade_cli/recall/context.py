@@ -6,6 +6,8 @@ outranks the one sentence that answers it (tests/recall: the topic chunk)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -20,13 +22,25 @@ IDS = npt.NDArray[np.int32]
 F32 = npt.NDArray[np.float32]
 
 
-def in_context(ids: IDS, scores: F32, share: float = CONTEXT) -> F32:
+def in_context(
+    ids: IDS,
+    scores: F32,
+    group: IDS | None = None,
+    rows: npt.NDArray[np.int64] | None = None,
+    share: float = CONTEXT,
+) -> F32:
     """`scores` of the passages `ids` ((n, 2) chunk/passage rows in document order) plus `share`
     × the mean of each one's neighbours' (the rows before and after it, across a chunk edge but
-    not across a gap of missing chunks)."""
+    not across a gap of missing chunks, nor from one owner's rows to the next: `group`, the
+    owner number of each row, when several are stacked, nor between rows not next to each
+    other in the stack: `rows`, their stack rows, when only some are scored)."""
     if share <= 0 or len(scores) < 2:
         return scores
     near = np.diff(ids[:, 0]) <= 1
+    if group is not None:
+        near &= group[1:] == group[:-1]
+    if rows is not None:
+        near &= np.diff(rows) == 1
     prev = np.zeros_like(scores)
     nxt = np.zeros_like(scores)
     prev[1:] = np.where(near, scores[:-1], 0)
@@ -34,11 +48,14 @@ def in_context(ids: IDS, scores: F32, share: float = CONTEXT) -> F32:
     return (scores + share * (prev + nxt) / 2).astype(np.float32)
 
 
-def top(owner: str, ids: IDS, scores: F32, limit: int) -> list[PassageHit]:
-    """The `limit` best-scoring passages, best first."""
+def top(owners: Sequence[str], group: IDS, ids: IDS, scores: F32, limit: int) -> list[PassageHit]:
+    """The `limit` best-scoring passages, best first (row i belongs to owners[group[i]])."""
     k = min(limit, len(scores))
     if k <= 0:
         return []
     best = np.argpartition(-scores, k - 1)[:k]
     best = best[np.argsort(-scores[best], kind="stable")]
-    return [PassageHit(owner, int(ids[i, 0]), int(ids[i, 1]), float(scores[i])) for i in best]
+    return [
+        PassageHit(owners[int(group[i])], int(ids[i, 0]), int(ids[i, 1]), float(scores[i]))
+        for i in best
+    ]

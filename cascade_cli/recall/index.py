@@ -1,7 +1,11 @@
 """Recall's tables in the store's index: per-owner corpora of passages, FTS5 and embeddings.
 
-Every owner (a document version ``doc:<id>``, a chat session) is its own corpus with its own
-FTS5 table, so BM25's statistics never mix documents or versions and a query reads one corpus.
+Every owner (a document version ``doc:<id>``, a chat session) is its own corpus; one FTS5 table
+holds every corpus's passages, each under a rowid that encodes (corpus, chunk, passage)
+(`rowid`), so a corpus or a chunk is a rowid range: a query reads one corpus by range, or many
+(a collection's files) at once, with BM25 statistics of the whole store — scores comparable
+across documents. (One FTS5 table per corpus did not scale: a 10,000-file collection made
+50,000 tables and 10,000 queries per question.)
 FTS5 indexes each passage's searchable form (recall.scripts: Chinese, Japanese and Thai as
 character bigrams).
 Passages keep their chunk index and their character offset inside the chunk's text; their
@@ -10,14 +14,10 @@ embeddings (f16, unit length) are filled in later by the write-back side and may
 
 from __future__ import annotations
 
-import itertools
-import re
+import json
 import sqlite3
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
 
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.scripts import searchable, unspaced
@@ -25,8 +25,6 @@ from cascade_cli.store import register_migrations
 
 #: Owners that are documents (chunks of one continuous text), not conversations.
 DOCUMENT = "doc:"
-#: A sentence's end (closing quotes and brackets after it allowed).
-_ENDS = re.compile(r"[.!?。！？][\"'”’)\]」』）]*\s*$")
 #: FTS5 tokenizer: Porter stemming over unicode61 (so "remembered" meets "remember").
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -81,8 +79,9 @@ def m006_unspaced_scripts(conn: sqlite3.Connection) -> None:
     ~20 sentences (no 。！？ ends). Each chunk holding such text is split again from its
     passages' text (their offsets give the gaps back; a gap of two or more characters becomes a
     blank line) and indexed again, once; its passages' embeddings are made again on the next
-    search. Chunks of other text are not touched."""
-    for cid, owner in conn.execute("SELECT id, owner FROM recall_corpora").fetchall():
+    search. Chunks of other text are not touched. (Its FTS5 rows are made by m007, which indexes
+    every passage again.)"""
+    for cid, _owner in conn.execute("SELECT id, owner FROM recall_corpora").fetchall():
         rows: dict[int, list[tuple[int, str]]] = {}
         for chunk, start, text in conn.execute(
             "SELECT chunk, start, text FROM recall_passages WHERE corpus = ? ORDER BY chunk, pidx",
@@ -97,8 +96,33 @@ def m006_unspaced_scripts(conn: sqlite3.Connection) -> None:
             for start, part in parts:
                 gap = start - base - len(text)
                 text += ("\n\n" if gap >= 2 else " " * gap) + part
-            add(conn, str(owner), chunk, [Passage(base + p.start, p.text) for p in split(text)])
-        _bump(conn, int(cid))
+            _put(conn, int(cid), chunk, [Passage(base + p.start, p.text) for p in split(text)])
+        conn.execute("UPDATE recall_corpora SET gen = gen + 1 WHERE id = ?", (int(cid),))
+
+
+def m007_one_fts_table(conn: sqlite3.Connection) -> None:
+    """One FTS5 table for every corpus (rowids encode corpus, chunk and passage), and each
+    corpus's count of indexed chunks (a collection's ask checks 10,000 files in one query); the
+    per-corpus tables are dropped and every passage indexed again from recall_passages."""
+    conn.execute(f"CREATE VIRTUAL TABLE recall_fts USING fts5(text, tokenize = '{TOKENIZER}')")
+    conn.execute("ALTER TABLE recall_corpora ADD COLUMN chunks INTEGER NOT NULL DEFAULT 0")
+    conn.execute("CREATE TABLE recall_state (id INTEGER PRIMARY KEY CHECK (id = 0), gen INTEGER)")
+    conn.execute("INSERT INTO recall_state (id, gen) VALUES (0, 0)")
+    for (cid,) in conn.execute("SELECT id FROM recall_corpora").fetchall():
+        conn.execute(f"DROP TABLE IF EXISTS recall_fts_{int(cid)}")
+    rebuild_fts(conn)
+
+
+def rebuild_fts(conn: sqlite3.Connection) -> None:
+    """Index every stored passage in FTS5 again, and count each corpus's indexed chunks."""
+    conn.execute("DELETE FROM recall_fts")
+    rows = conn.execute("SELECT corpus, chunk, pidx, text FROM recall_passages")
+    conn.executemany(
+        "INSERT INTO recall_fts (rowid, text) VALUES (?, ?)",
+        ((rowid(int(c), int(k), int(i)), searchable(str(t))) for c, k, i, t in rows),
+    )
+    for (cid,) in conn.execute("SELECT id FROM recall_corpora").fetchall():
+        _count(conn, int(cid))
 
 
 register_migrations(
@@ -110,6 +134,7 @@ register_migrations(
         m004_corpus_uid_filled,
         m005_empty_chunks,
         m006_unspaced_scripts,
+        m007_one_fts_table,
     ],
 )
 
@@ -125,23 +150,91 @@ class Row:
     text: str
 
 
-def fts_table(corpus: int) -> str:
-    return f"recall_fts_{int(corpus)}"
+#: A passage's FTS5 rowid: corpus << 40 | chunk << 16 | passage (a corpus is a rowid range).
+CORPUS_SHIFT = 40
+CHUNK_SHIFT = 16
+#: Most passages in one chunk and most chunks in one corpus the rowid has room for.
+MAX_PASSAGES = 1 << CHUNK_SHIFT
+MAX_CHUNKS = 1 << (CORPUS_SHIFT - CHUNK_SHIFT)
 
 
-def _bump(conn: sqlite3.Connection, cid: int) -> None:
-    """Count a change to the corpus (readers cache vectors by this generation)."""
-    conn.execute("UPDATE recall_corpora SET gen = gen + 1 WHERE id = ?", (cid,))
+def rowid(corpus: int, chunk: int, pidx: int) -> int:
+    """The FTS5 rowid of a passage."""
+    return (corpus << CORPUS_SHIFT) | (chunk << CHUNK_SHIFT) | pidx
+
+
+def unrowid(value: int) -> tuple[int, int, int]:
+    """(corpus, chunk, passage) of an FTS5 rowid."""
+    return (
+        value >> CORPUS_SHIFT,
+        (value >> CHUNK_SHIFT) & (MAX_CHUNKS - 1),
+        value & (MAX_PASSAGES - 1),
+    )
+
+
+def span(corpus: int, first: int = 0, last: int = MAX_CHUNKS - 1) -> tuple[int, int]:
+    """The FTS5 rowid range of chunks `first`..`last` of a corpus (inclusive)."""
+    return rowid(corpus, first, 0), rowid(corpus, last, MAX_PASSAGES - 1)
+
+
+def bump(conn: sqlite3.Connection, cid: int | None) -> None:
+    """Count a change to the corpus (readers cache vectors by this generation) and to the store
+    (a reader whose store generation is unchanged need not look at any corpus's)."""
+    if cid is not None:
+        conn.execute("UPDATE recall_corpora SET gen = gen + 1 WHERE id = ?", (cid,))
+    conn.execute("UPDATE recall_state SET gen = gen + 1")
+
+
+def store_generation(conn: sqlite3.Connection) -> int:
+    """How many changes the store's recall index has seen (any process)."""
+    return int(conn.execute("SELECT gen FROM recall_state").fetchone()[0])
+
+
+def _count(conn: sqlite3.Connection, cid: int) -> None:
+    """Count the corpus's indexed chunks again (after chunks were dropped)."""
+    conn.execute(
+        "UPDATE recall_corpora SET chunks = (SELECT COUNT(*) FROM (SELECT chunk FROM"
+        " recall_passages WHERE corpus = ?1 UNION SELECT chunk FROM recall_empty"
+        " WHERE corpus = ?1)) WHERE id = ?1",
+        (cid,),
+    )
 
 
 def generation(conn: sqlite3.Connection, owner: str) -> tuple[str, int] | None:
     """(corpus uid, change count) of `owner`, or None."""
-    row = conn.execute("SELECT uid, gen FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
-    return (str(row[0]), int(row[1])) if row else None
+    return generations(conn, [owner]).get(owner)
+
+
+def generations(conn: sqlite3.Connection, owners: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """(corpus uid, change count) of each of `owners` that has a corpus."""
+    rows = conn.execute(
+        "SELECT owner, uid, gen FROM recall_corpora WHERE owner IN"
+        " (SELECT value FROM json_each(?))",
+        (owners_json(owners),),
+    ).fetchall()
+    return {str(o): (str(u), int(g)) for o, u, g in rows}
+
+
+def corpora(conn: sqlite3.Connection, owners: Sequence[str]) -> dict[int, str]:
+    """Corpus id → owner, for each of `owners` that has a corpus."""
+    rows = conn.execute(
+        "SELECT id, owner FROM recall_corpora WHERE owner IN (SELECT value FROM json_each(?))",
+        (owners_json(owners),),
+    ).fetchall()
+    return {int(c): str(o) for c, o in rows}
+
+
+def chunk_counts(conn: sqlite3.Connection, owners: Sequence[str]) -> dict[str, int]:
+    """How many chunks of each of `owners` are indexed (one query for a whole collection)."""
+    rows = conn.execute(
+        "SELECT owner, chunks FROM recall_corpora WHERE owner IN (SELECT value FROM json_each(?))",
+        (owners_json(owners),),
+    ).fetchall()
+    return {str(o): int(n) for o, n in rows}
 
 
 def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int | None:
-    """The corpus of `owner` (created with its FTS5 table when `create`)."""
+    """The corpus of `owner` (created when `create`)."""
     row = conn.execute("SELECT id FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
     if row is not None:
         return int(row[0])
@@ -154,10 +247,7 @@ def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int
         ).lastrowid
         or 0
     )
-    conn.execute(
-        f"CREATE VIRTUAL TABLE {fts_table(cid)} USING fts5("
-        f"text, chunk UNINDEXED, pidx UNINDEXED, tokenize = '{TOKENIZER}')"
-    )
+    bump(conn, None)  # readers that cached which owners have corpora look again
     return cid
 
 
@@ -165,21 +255,36 @@ def add(conn: sqlite3.Connection, owner: str, chunk: int, passages: Sequence[Pas
     """Index a chunk's passages (replacing any earlier ones of that chunk). Caller commits."""
     cid = corpus_id(conn, owner, create=True)
     assert cid is not None
-    table = fts_table(cid)
-    conn.execute(f"DELETE FROM {table} WHERE chunk = ?", (chunk,))
+    if not 0 <= chunk < MAX_CHUNKS or len(passages) > MAX_PASSAGES:
+        raise ValueError(f"chunk {chunk} with {len(passages)} passages is past the index's room")
+    known = conn.execute(
+        "SELECT 1 FROM recall_passages WHERE corpus = ?1 AND chunk = ?2"
+        " UNION ALL SELECT 1 FROM recall_empty WHERE corpus = ?1 AND chunk = ?2 LIMIT 1",
+        (cid, chunk),
+    ).fetchone()
+    lo, hi = span(cid, chunk, chunk)
+    conn.execute("DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
+    _put(conn, cid, chunk, passages)
+    conn.executemany(
+        "INSERT INTO recall_fts (rowid, text) VALUES (?, ?)",
+        [(rowid(cid, chunk, i), searchable(p.text)) for i, p in enumerate(passages)],
+    )
+    if known is None:
+        conn.execute("UPDATE recall_corpora SET chunks = chunks + 1 WHERE id = ?", (cid,))
+    else:  # its earlier passages' vectors are gone
+        bump(conn, cid)
+
+
+def _put(conn: sqlite3.Connection, cid: int, chunk: int, passages: Sequence[Passage]) -> None:
+    """A chunk's passage rows (not its FTS5 rows), replacing earlier ones."""
     conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk = ?", (cid, chunk))
     conn.execute("DELETE FROM recall_empty WHERE corpus = ? AND chunk = ?", (cid, chunk))
     if not passages:  # indexed, with nothing to find
         conn.execute("INSERT INTO recall_empty (corpus, chunk) VALUES (?, ?)", (cid, chunk))
-    for i, p in enumerate(passages):
-        conn.execute(
-            "INSERT INTO recall_passages (corpus, chunk, pidx, start, text) VALUES (?, ?, ?, ?, ?)",
-            (cid, chunk, i, p.start, p.text),
-        )
-        conn.execute(
-            f"INSERT INTO {table} (text, chunk, pidx) VALUES (?, ?, ?)",
-            (searchable(p.text), chunk, i),
-        )
+    conn.executemany(
+        "INSERT INTO recall_passages (corpus, chunk, pidx, start, text) VALUES (?, ?, ?, ?, ?)",
+        [(cid, chunk, i, p.start, p.text) for i, p in enumerate(passages)],
+    )
 
 
 def drop_from(conn: sqlite3.Connection, owner: str, chunk: int) -> None:
@@ -187,10 +292,11 @@ def drop_from(conn: sqlite3.Connection, owner: str, chunk: int) -> None:
     cid = corpus_id(conn, owner)
     if cid is None:
         return
-    conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk >= ?", (chunk,))
+    conn.execute("DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", span(cid, chunk))
     conn.execute("DELETE FROM recall_passages WHERE corpus = ? AND chunk >= ?", (cid, chunk))
     conn.execute("DELETE FROM recall_empty WHERE corpus = ? AND chunk >= ?", (cid, chunk))
-    _bump(conn, cid)
+    _count(conn, cid)
+    bump(conn, cid)
 
 
 def drop_chunks(conn: sqlite3.Connection, owner: str, chunks: Sequence[int]) -> None:
@@ -198,15 +304,18 @@ def drop_chunks(conn: sqlite3.Connection, owner: str, chunks: Sequence[int]) -> 
     cid = corpus_id(conn, owner)
     if cid is None or not chunks:
         return
+    conn.executemany(
+        "DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", [span(cid, c, c) for c in chunks]
+    )
     for o in range(0, len(chunks), 500):
         part = list(chunks[o : o + 500])
         marks = ",".join("?" * len(part))
-        conn.execute(f"DELETE FROM {fts_table(cid)} WHERE chunk IN ({marks})", part)
         for table in ("recall_passages", "recall_empty"):
             conn.execute(
                 f"DELETE FROM {table} WHERE corpus = ? AND chunk IN ({marks})", (cid, *part)
             )
-    _bump(conn, cid)
+    _count(conn, cid)
+    bump(conn, cid)
 
 
 def forget(conn: sqlite3.Connection, owner: str) -> None:
@@ -214,10 +323,11 @@ def forget(conn: sqlite3.Connection, owner: str) -> None:
     cid = corpus_id(conn, owner)
     if cid is None:
         return
-    conn.execute(f"DROP TABLE IF EXISTS {fts_table(cid)}")
+    conn.execute("DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", span(cid))
     conn.execute("DELETE FROM recall_passages WHERE corpus = ?", (cid,))
     conn.execute("DELETE FROM recall_empty WHERE corpus = ?", (cid,))
     conn.execute("DELETE FROM recall_corpora WHERE id = ?", (cid,))
+    bump(conn, None)
 
 
 def chunks_indexed(conn: sqlite3.Connection, owner: str) -> set[int]:
@@ -233,133 +343,8 @@ def chunks_indexed(conn: sqlite3.Connection, owner: str) -> set[int]:
     return {int(c) for (c,) in rows}
 
 
-def unembedded(conn: sqlite3.Connection, owner: str, limit: int = 1 << 30) -> list[Row]:
-    """Passages of `owner` still without an embedding, in order."""
-    cid = corpus_id(conn, owner)
-    if cid is None:
-        return []
-    rows = conn.execute(
-        "SELECT chunk, pidx, start, text FROM recall_passages INDEXED BY recall_unembedded"
-        " WHERE corpus = ? AND vec IS NULL ORDER BY chunk, pidx LIMIT ?",
-        (cid, limit),
-    ).fetchall()
-    return [Row(owner, int(c), int(i), int(s), str(t)) for c, i, s, t in rows]
-
-
-def count_unembedded(conn: sqlite3.Connection, owner: str) -> int:
-    """How many passages of `owner` still wait for an embedding (read from the partial index)."""
-    cid = corpus_id(conn, owner)
-    if cid is None:
-        return 0
-    (n,) = conn.execute(
-        "SELECT COUNT(*) FROM recall_passages INDEXED BY recall_unembedded"
-        " WHERE corpus = ? AND vec IS NULL",
-        (cid,),
-    ).fetchone()
-    return int(n)
-
-
-def set_vectors(
-    conn: sqlite3.Connection, owner: str, rows: Sequence[Row], vecs: npt.NDArray[np.float32]
-) -> None:
-    """Store embeddings for `rows` (f16). Caller commits."""
-    cid = corpus_id(conn, owner)
-    if cid is None:
-        return
-    conn.executemany(
-        "UPDATE recall_passages SET vec = ? WHERE corpus = ? AND chunk = ? AND pidx = ?",
-        [
-            (v.astype(np.float16).tobytes(), cid, r.chunk, r.pidx)
-            for r, v in zip(rows, vecs, strict=True)
-        ],
-    )
-    _bump(conn, cid)
-
-
-def vectors(
-    conn: sqlite3.Connection, owner: str
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float16]]:
-    """((n, 2) chunk/passage ids, (n, dim) f16 vectors) of the owner's embedded passages, in
-    document order."""
-    rows = conn.execute(
-        "SELECT p.chunk, p.pidx, p.vec FROM recall_passages p JOIN recall_corpora c"
-        " ON c.id = p.corpus WHERE c.owner = ? AND p.vec IS NOT NULL ORDER BY p.chunk, p.pidx",
-        (owner,),
-    ).fetchall()
-    if not rows:
-        return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float16)
-    ids = np.array([(c, i) for c, i, _ in rows], dtype=np.int32)
-    vecs = np.frombuffer(b"".join(v for _, _, v in rows), dtype=np.float16)
-    return ids, vecs.reshape(len(rows), -1)
-
-
-def passage(conn: sqlite3.Connection, owner: str, chunk: int, pidx: int) -> Row | None:
-    """One passage (pidx -1: the chunk's last), or None."""
-    row = conn.execute(
-        "SELECT p.pidx, p.start, p.text FROM recall_passages p JOIN recall_corpora c"
-        " ON c.id = p.corpus WHERE c.owner = ? AND p.chunk = ? AND (p.pidx = ? OR ? < 0)"
-        " ORDER BY p.pidx DESC LIMIT 1",
-        (owner, chunk, pidx, pidx),
-    ).fetchone()
-    return Row(owner, chunk, int(row[0]), int(row[1]), str(row[2])) if row else None
-
-
-def whole(conn: sqlite3.Connection, row: Row) -> str:
-    """`row`'s text, joined with the passage across its chunk's edge where its sentence runs on
-    over it (a document's text continues there: the next chunk's first passage starts where this
-    one ends). A conversation's turns are never joined."""
-    return _join(_parts(conn, row))
-
-
-def reading(conn: sqlite3.Connection, row: Row, held: Container[int] | None = None) -> str:
-    """What a quote of `row` reads from: its whole text and, in a document, the passage after
-    it. The sentence after the one that shares a question's words is often the one that
-    answers it ("what errand took Frank to London?" — "…merely to have his hair cut"). The
-    passage after may open the next chunk only where that chunk is in `held` (None: any) — a
-    quote is copied from the chunks the window holds. A conversation's passage stays alone (the
-    next may be another speaker's)."""
-    parts = _parts(conn, row)
-    if row.owner.startswith(DOCUMENT):
-        last = parts[-1]
-        after = passage(conn, row.owner, last.chunk, last.pidx + 1)
-        if after is None and (held is None or last.chunk + 1 in held):
-            after = passage(conn, row.owner, last.chunk + 1, 0)
-        if after is not None:
-            parts.append(after)
-    return _join(parts)
-
-
-def _parts(conn: sqlite3.Connection, row: Row) -> list[Row]:
-    """`row` and the passages its sentence runs on into across a chunk edge (whole)."""
-    parts = [row]
-    if not row.owner.startswith(DOCUMENT):
-        return parts
-    if row.pidx == 0:
-        before = passage(conn, row.owner, row.chunk - 1, -1)
-        if before is not None and _runs_on(before, row):
-            parts.insert(0, before)
-    last = passage(conn, row.owner, row.chunk, -1)
-    if last is not None and last.pidx == row.pidx:
-        after = passage(conn, row.owner, row.chunk + 1, 0)
-        if after is not None and _runs_on(row, after):
-            parts.append(after)
-    return parts
-
-
-def _join(parts: Sequence[Row]) -> str:
-    text = parts[0].text
-    for a, b in itertools.pairwise(parts):
-        text += (" " if b.start > _end(a) else "") + b.text
-    return text
-
-
-def _end(row: Row) -> int:
-    return row.start + len(row.text)
-
-
-def _runs_on(a: Row, b: Row) -> bool:
-    """Whether passage `b` continues `a`'s unfinished sentence."""
-    return 0 <= b.start - _end(a) <= 2 and not _ENDS.search(a.text)
+def owners_json(owners: Sequence[str]) -> str:
+    return json.dumps(list(owners))
 
 
 def passage_counts(conn: sqlite3.Connection, owner: str) -> dict[int, int]:

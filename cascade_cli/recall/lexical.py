@@ -1,11 +1,14 @@
-"""Lexical recall: BM25 over one corpus's passages (SQLite FTS5), with phrase and proximity
-evidence, so a passage that holds the question's words together outranks one that repeats a
+"""Lexical recall: BM25 over the passages of one or many corpora (SQLite FTS5, one table for
+the store), with phrase and proximity evidence, so a passage that holds the question's words together outranks one that repeats a
 topic word many times."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import json
 import sqlite3
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from cascade_cli.recall import index, scripts
@@ -98,6 +101,11 @@ def fts_query(question: str) -> str:
     not two stopwords (as a phrase), and all content words NEAR each other; any of them matches.
     BM25 weighs each phrase by its rarity, so a passage holding the question's phrasing scores
     far above one that only repeats its commonest word."""
+    return " OR ".join(fts_parts(question))
+
+
+def fts_parts(question: str) -> list[str]:
+    """The alternatives of `fts_query`: words, word pairs, then the NEAR group (if any)."""
     terms = query_terms(question)
     parts = [_quote(t) for t in terms]
     ws = words(question)
@@ -109,7 +117,24 @@ def fts_query(question: str) -> str:
     if len(terms) >= 2:
         near = " ".join(_quote(t) for t in terms[:8])
         parts.append(f"NEAR({near}, {8 + 2 * len(terms[:8])})")
-    return " OR ".join(parts)
+    return parts
+
+
+def _uncommon(conn: sqlite3.Connection, parts: list[str]) -> list[str]:
+    """`parts` without the words and pairs more than COMMON passages of the store hold (the
+    NEAR group, and the two rarest parts, always stay)."""
+    near = [p for p in parts if p.startswith("NEAR(")]
+    counted = []
+    for p in parts:
+        if not p.startswith("NEAR("):
+            (n,) = conn.execute(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM recall_fts WHERE recall_fts MATCH ? LIMIT ?)",
+                (p, COMMON + 1),
+            ).fetchone()
+            counted.append((int(n), p))
+    rare = sorted(counted)
+    keep = {p for n, p in rare if n <= COMMON} | {p for _, p in rare[:2]}
+    return [p for p in parts if p in keep] + near
 
 
 @dataclass(frozen=True)
@@ -122,43 +147,91 @@ class PassageHit:
     score: float
 
 
+#: Up to this many corpora a query reads each by its rowid range; more (a collection's files)
+#: are read in one query that keeps the rows of those corpora.
+FEW = 8
+#: In a search over more than FEW corpora, a word or word pair of the question that more than
+#: this many passages of the store hold is searched only through the question's rarer parts and
+#: its NEAR group: scoring every passage of a word that common costs more than it tells (its
+#: BM25 weight is small). On a 10,000-file code base (528k passages) "function" is in 26k.
+COMMON = 4096
+
+
+#: Chunks the subject ranking keeps (its weight beyond them is too small to move a hit).
+SUBJECT = 256
+
+
 def _matches(
-    conn: sqlite3.Connection, owner: str, question: str, limit: int
-) -> list[tuple[int, int, float]]:
-    """(chunk, passage, BM25 score) of `owner`'s passages matching `question`, best first."""
-    cid = index.corpus_id(conn, owner)
-    if cid is None or not query_terms(question):
-        return []
-    table = index.fts_table(cid)
-    return conn.execute(
-        f"SELECT chunk, pidx, -bm25({table}) AS score FROM {table}"
-        f" WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?",
-        (fts_query(question), limit),
+    conn: sqlite3.Connection,
+    owners: Sequence[str],
+    question: str,
+    limit: int,
+    cids: Mapping[int, str] | None = None,
+) -> tuple[Mapping[int, str], list[tuple[int, float]]]:
+    """(corpus id → owner; FTS5 rowid and BM25 score of `owners`' passages matching
+    `question`, best first — `limit` < 0: all of them). BM25 uses the whole store's
+    statistics, so scores compare across owners. `cids`: the owners' corpora, if known."""
+    cids = index.corpora(conn, owners) if cids is None else cids
+    if not cids or not query_terms(question):
+        return cids, []
+    parts = fts_parts(question)
+    expr = " OR ".join(parts if len(cids) <= FEW else _uncommon(conn, parts))
+    select = "SELECT rowid, -bm25(recall_fts) AS score FROM recall_fts WHERE recall_fts MATCH ?"
+    rows: list[tuple[int, float]] = []
+    if len(cids) <= FEW:
+        for cid in cids:
+            rows += conn.execute(
+                f"{select} AND rowid BETWEEN ? AND ? ORDER BY score DESC LIMIT ?",
+                (expr, *index.span(cid), limit),
+            ).fetchall()
+        rows.sort(key=lambda r: -r[1])
+        return cids, rows[: limit if limit >= 0 else None]
+    rows = conn.execute(
+        f"{select} AND (rowid >> {index.CORPUS_SHIFT}) IN (SELECT value FROM json_each(?))"
+        " ORDER BY score DESC LIMIT ?",
+        (expr, json.dumps(list(cids)), limit),
     ).fetchall()
+    return cids, rows
+
+
+def _hit(cids: Mapping[int, str], rid: int, score: float) -> PassageHit:
+    cid, chunk, pidx = index.unrowid(rid)
+    return PassageHit(cids[cid], chunk, pidx, float(score))
 
 
 def search(
-    conn: sqlite3.Connection, owner: str, question: str, limit: int = 64
-) -> list[PassageHit]:
-    """Best passages of `owner` for `question`, best first (BM25 over that corpus only)."""
-    return [
-        PassageHit(owner, int(c), int(i), float(s))
-        for c, i, s in _matches(conn, owner, question, limit)
-    ]
-
-
-def search_with_subject(
-    conn: sqlite3.Connection, owner: str, question: str, limit: int = 64
+    conn: sqlite3.Connection,
+    owners: Sequence[str],
+    question: str,
+    limit: int = 64,
+    subject: bool = False,
+    scope: Mapping[str, Container[int]] | None = None,
+    cids: Mapping[int, str] | None = None,
 ) -> tuple[list[PassageHit], list[PassageHit]]:
-    """(the best `limit` passages as `search` gives them; chunks by the sum of all their
-    passages' scores — how much of the chunk is about the question's words — each with its best
-    passage), from one query."""
-    rows = _matches(conn, owner, question, -1)  # every match
+    """(the best `limit` passages of `owners` for `question`, best first; with `subject`, also
+    the SUBJECT chunks with the largest sum of all their passages' scores — how much of the
+    chunk is about the question's words — each with its best passage), from one query.
+    `scope`: the only chunks an owner may answer with; `cids`: the owners' corpora (corpus id
+    → owner, index.corpora), if known."""
+    mine = set(owners)
+    scope = {o: c for o, c in (scope or {}).items() if o in mine}
+    cids, rows = _matches(conn, owners, question, -1 if subject or scope else limit, cids)
+    if scope:
+        ids = {c: o for c, o in cids.items() if o in scope}
+        rows = [
+            (rid, sc)
+            for rid, sc in rows
+            if (cid := rid >> index.CORPUS_SHIFT) not in ids
+            or (rid >> index.CHUNK_SHIFT) & (index.MAX_CHUNKS - 1) in scope[ids[cid]]
+        ]
+    hits = [_hit(cids, rid, sc) for rid, sc in rows[:limit]]
+    if not subject:
+        return hits, []
     total: dict[int, float] = {}
     best: dict[int, int] = {}
-    for c, i, s in rows:  # best first: a chunk's first row is its best passage
-        total[c] = total.get(c, 0.0) + s
-        best.setdefault(c, i)
-    hits = [PassageHit(owner, int(c), int(i), float(s)) for c, i, s in rows[:limit]]
-    chunks = sorted(total.items(), key=lambda cs: -cs[1])
-    return hits, [PassageHit(owner, int(c), int(best[c]), float(s)) for c, s in chunks]
+    for rid, sc in rows:  # best first: a chunk's first row is its best passage
+        key = rid >> index.CHUNK_SHIFT  # the corpus and the chunk
+        total[key] = total.get(key, 0.0) + sc
+        best.setdefault(key, rid)
+    chunks = heapq.nlargest(SUBJECT, total.items(), key=lambda ks: ks[1])
+    return hits, [_hit(cids, best[k], sc) for k, sc in chunks]

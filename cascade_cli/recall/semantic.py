@@ -4,67 +4,204 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Container
+from collections import OrderedDict
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from cascade_cli.recall import index
+from cascade_cli.recall import index, vectors
 from cascade_cli.recall.context import in_context, top
 from cascade_cli.recall.lexical import PassageHit
 
 F32 = npt.NDArray[np.float32]
 IDS = npt.NDArray[np.int32]
+#: Bytes of vectors the cache keeps (a book of 220k tokens is ~9k passages, 14 MB as f32; a
+#: 10,000-file code base of 528k passages 540 MB: f16 vectors and their projections).
+BUDGET = 1 << 30
+#: Above this many passages a search first scores every passage on the stack's DIMS principal
+#: directions and then only the CANDIDATES best (with their neighbours) on the whole vector:
+#: a scan of every whole vector of a 10,000-file code base reads 811 MB per question, the
+#: projections 135 MB. (Each chunk's mean vector instead lost a one-sentence needle among its
+#: chunk's other passages.)
+SCAN_ALL = 1 << 16
+DIMS = 64
+CANDIDATES = 4096
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The passage vectors of an owner set as one f32 matrix: rows grouped by owner, each
+    owner's rows in document order."""
+
+    owners: tuple[str, ...]
+    versions: tuple[tuple[str, int] | None, ...]
+    #: the store's recall generation when the versions were last checked
+    seen: int
+    #: row where owner i's rows begin (one more entry: the end)
+    starts: npt.NDArray[np.int64]
+    #: owner number of each row
+    group: IDS
+    ids: IDS
+    #: the vectors: f32, or f16 in a stack of more than SCAN_ALL rows (searched through `proj`)
+    mat: npt.NDArray[np.float32] | npt.NDArray[np.float16]
+    #: over SCAN_ALL rows: the DIMS principal directions of the vectors (dim, DIMS), and each
+    #: row's coordinates on them (centred on `centre`)
+    basis: F32 | None = None
+    centre: F32 | None = None
+    proj: F32 | None = None
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.proj is None else self.proj.nbytes
+        return int(self.mat.nbytes + self.ids.nbytes + self.group.nbytes + extra)
+
+    def rows(self, i: int) -> tuple[IDS, F32]:
+        a, b = int(self.starts[i]), int(self.starts[i + 1])
+        return self.ids[a:b], self.mat[a:b].astype(np.float32, copy=False)
+
+    def candidates(self, qvec: F32) -> npt.NDArray[np.int64]:
+        """The rows a search scores whole, in row order: the CANDIDATES best on the principal
+        directions, and the rows beside each (their scores give context)."""
+        assert self.proj is not None and self.basis is not None
+        near = self.proj @ (qvec @ self.basis)
+        k = min(CANDIDATES, len(near))
+        best = np.argpartition(-near, k - 1)[:k]
+        rows = np.concatenate([best - 1, best, best + 1])
+        return np.unique(rows[(rows >= 0) & (rows < len(near))])
+
+
+def _stack(
+    owners: tuple[str, ...],
+    versions: tuple[tuple[str, int] | None, ...],
+    seen: int,
+    parts: Sequence[tuple[IDS, F32]],
+) -> Stack:
+    sizes = [len(ids) for ids, _ in parts]
+    dim = next((m.shape[1] for _, m in parts if len(m)), 0)
+    starts = np.zeros(len(parts) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(sizes)
+    full = [(i, m) for i, m in parts if len(i)]
+    ids = np.concatenate([i for i, _ in full]) if full else np.zeros((0, 2), np.int32)
+    mat = np.concatenate([m for _, m in full]) if full else np.zeros((0, dim), np.float32)
+    group = np.repeat(np.arange(len(parts), dtype=np.int32), sizes)
+    if len(ids) <= SCAN_ALL:
+        return Stack(owners, versions, seen, starts, group, ids, mat.astype(np.float32, copy=False))
+    vecs32 = mat.astype(np.float32, copy=False)
+    sample = vecs32[:: max(1, len(vecs32) // 20_000)]
+    centre = sample.mean(axis=0)
+    _, axes = np.linalg.eigh(np.cov(sample - centre, rowvar=False))
+    basis = np.ascontiguousarray(axes[:, ::-1][:, : min(DIMS, axes.shape[1])], dtype=np.float32)
+    proj = np.empty((len(vecs32), basis.shape[1]), dtype=np.float32)
+    for a in range(0, len(vecs32), 65536):  # without a second f32 copy of the stack
+        proj[a : a + 65536] = (vecs32[a : a + 65536] - centre) @ basis
+    half = vecs32.astype(np.float16)
+    return Stack(owners, versions, seen, starts, group, ids, half, basis, centre, proj)
 
 
 class VectorCache:
-    """Each owner's passage vectors as one f32 matrix (rows in document order), reloaded when the
-    corpus's generation changes (this or another process indexed or embedded since, or the
-    owner's corpus was dropped and made again: its uid differs); the `keep` most recently used
-    owners stay (a book of 220k tokens is ~9k passages, 14 MB)."""
+    """Stacks of passage vectors by owner set, made again when an owner's corpus generation
+    changes (this or another process indexed or embedded since, or the corpus was dropped and
+    made again: its uid differs) — only that owner's rows are read again; the most recently
+    used stacks stay within `budget` bytes (the newest always)."""
 
-    def __init__(self, keep: int = 8) -> None:
-        self._mats: dict[str, tuple[tuple[str, int], IDS, F32]] = {}
+    def __init__(self, budget: int = BUDGET) -> None:
+        self._stacks: OrderedDict[tuple[str, ...], Stack] = OrderedDict()
         self._lock = threading.Lock()
-        self.keep = keep
+        self.budget = budget
 
-    def get(self, conn: sqlite3.Connection, owner: str) -> tuple[IDS, F32]:
-        version = index.generation(conn, owner)
-        if version is None:
-            return np.zeros((0, 2), dtype=np.int32), np.zeros((0, 0), dtype=np.float32)
+    def get(self, conn: sqlite3.Connection, owners: Sequence[str]) -> Stack:
+        key = tuple(owners)
+        seen = index.store_generation(conn)
         with self._lock:
-            cached = self._mats.pop(owner, None)
-            if cached is not None and cached[0] == version:
-                self._mats[owner] = cached  # most recent last
-                return cached[1], cached[2]
-        ids, vecs = index.vectors(conn, owner)
-        mat = vecs.astype(np.float32)
+            old = self._stacks.pop(key, None)
+            if old is not None and old.seen == seen:  # nothing changed anywhere since
+                self._stacks[key] = old  # most recent last
+                return old
+        known = index.generations(conn, key)
+        versions = tuple(known.get(o) for o in key)
         with self._lock:
-            self._mats[owner] = (version, ids, mat)
-            while len(self._mats) > self.keep:
-                self._mats.pop(next(iter(self._mats)))
-        return ids, mat
+            if old is not None and old.versions == versions:
+                old = replace(old, seen=seen)
+                self._stacks[key] = old
+                return old
+            kept = self._kept(versions, key, old)
+        missing = [o for o, v in zip(key, versions, strict=True) if v is not None and o not in kept]
+        loaded = vectors.vectors(conn, missing) if missing else {}
+        empty = (np.zeros((0, 2), np.int32), np.zeros((0, 0), np.float32))
+        parts = []
+        for o in key:
+            if o in kept:
+                parts.append(kept[o])
+            else:
+                ids, vecs = loaded.get(o, empty)
+                parts.append((ids, vecs.astype(np.float32)))
+        stack = _stack(key, versions, seen, parts)
+        with self._lock:
+            self._stacks[key] = stack
+            while len(self._stacks) > 1 and self._bytes() > self.budget:
+                self._stacks.popitem(last=False)
+        return stack
+
+    def _kept(
+        self,
+        versions: tuple[tuple[str, int] | None, ...],
+        owners: tuple[str, ...],
+        old: Stack | None,
+    ) -> dict[str, tuple[IDS, F32]]:
+        """Rows of `owners` some cached stack holds at the wanted version."""
+        want = dict(zip(owners, versions, strict=True))
+        out: dict[str, tuple[IDS, F32]] = {}
+        for stack in [*([old] if old is not None else []), *reversed(self._stacks.values())]:
+            for i, o in enumerate(stack.owners):
+                if o not in out and want.get(o) is not None and stack.versions[i] == want[o]:
+                    out[o] = stack.rows(i)
+        return out
+
+    def _bytes(self) -> int:
+        return sum(s.nbytes for s in self._stacks.values())
 
     def drop(self, owner: str) -> None:
         with self._lock:
-            self._mats.pop(owner, None)
+            for key in [k for k in self._stacks if owner in k]:
+                del self._stacks[key]
 
 
 def search(
     conn: sqlite3.Connection,
     cache: VectorCache,
-    owner: str,
+    owners: Sequence[str],
     qvec: F32,
     limit: int = 64,
-    allowed: Container[int] | None = None,
+    scope: Mapping[str, Container[int]] | None = None,
 ) -> list[PassageHit]:
-    """Best passages of `owner` by cosine similarity to `qvec` (unit length), in context (see
-    recall.context), best first; only passages of `allowed` chunks when it is given."""
-    ids, mat = cache.get(conn, owner)
-    if not len(ids):
+    """Best passages of `owners` by cosine similarity to `qvec` (unit length): `rank` over
+    their stack."""
+    return rank(cache.get(conn, owners), qvec, limit, scope)
+
+
+def rank(
+    st: Stack, qvec: F32, limit: int = 64, scope: Mapping[str, Container[int]] | None = None
+) -> list[PassageHit]:
+    """The stack's best passages by cosine similarity to `qvec` (unit length), in context (see
+    recall.context), best first, one ranking across its owners (over SCAN_ALL passages, among
+    the candidates of Stack.candidates); an owner in `scope` answers only with the chunks it
+    lists. Reads nothing from the store (it can run beside a lexical search)."""
+    if not len(st.ids):
         return []
-    scores = in_context(ids, mat @ qvec)
-    if allowed is not None:
-        keep = np.fromiter((int(c) in allowed for c in ids[:, 0]), bool, len(ids))
-        ids, scores = ids[keep], scores[keep]
-    return top(owner, ids, scores, limit)
+    if st.proj is None:  # every row, as stored (f32)
+        group, ids, mat = st.group, st.ids, st.mat
+        scores = in_context(ids, mat @ qvec, group)
+    else:
+        rows = st.candidates(qvec)
+        group, ids, mat = st.group[rows], st.ids[rows], st.mat[rows].astype(np.float32)
+        scores = in_context(ids, mat @ qvec, group, rows)
+    keep = np.ones(len(ids), dtype=bool)
+    where = {o: i for i, o in enumerate(st.owners)}
+    for o, allowed in (scope or {}).items():
+        if o in where:
+            mine = np.flatnonzero(group == where[o])
+            keep[mine] = np.fromiter((int(c) in allowed for c in ids[mine, 0]), bool, len(mine))
+    kept = np.flatnonzero(keep)
+    return top(st.owners, group[kept], ids[kept], scores[kept], limit)

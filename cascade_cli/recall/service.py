@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from cascade_cli.errors import InputError
-from cascade_cli.recall import index, lexical, semantic
+from cascade_cli.recall import index, lexical, semantic, vectors
+from cascade_cli.recall import rows as stored
 from cascade_cli.recall.focus import focus
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.select import Hit, fuse
@@ -51,6 +52,9 @@ class Recall:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cascade-embed")
         self._pool.submit(lower_priority, EMBED_NICE)
         self._jobs: list[Future[None]] = []
+        #: the lexical search of a hybrid one, beside the semantic ranking
+        self._beside = ThreadPoolExecutor(1, thread_name_prefix="cascade-lexical")
+        self._corpora: tuple[tuple[str, ...], int, dict[int, str]] | None = None
         self.cache = semantic.VectorCache()
         self.timings: dict[str, float] = {}
 
@@ -98,26 +102,32 @@ class Recall:
             index.add(conn, owner, chunk, passages)
         if self.semantic:
             self._jobs = [j for j in self._jobs if not j.done()]
-            self._jobs.append(self._pool.submit(self._embed_owner, owner))
+            self._jobs.append(self._pool.submit(self._embed, [owner]))
         return passages
 
-    def _embed_owner(self, owner: str) -> None:
+    def _embed(self, owners: Sequence[str]) -> None:
+        """Embed the passages of `owners` that have no vector yet."""
         emb = self.embedder()
         if emb is None:
             return
         while True:
             with self.disk.lock:
-                rows = index.unembedded(self.disk.conn, owner, _BATCH)
+                rows = vectors.unembedded(self.disk.conn, owners, _BATCH)
             if not rows:
                 return
             vecs = emb.embed([r.text for r in rows])
             with self.disk.transaction() as conn:
-                index.set_vectors(conn, owner, rows, vecs)
+                vectors.set_vectors(conn, rows, vecs)
 
     def indexed(self, owner: str) -> set[int]:
         """Chunk indices of `owner` with passages."""
         with self.disk.lock:
             return index.chunks_indexed(self.disk.conn, owner)
+
+    def indexed_counts(self, owners: Sequence[str]) -> dict[str, int]:
+        """How many chunks of each of `owners` are indexed (one query for a collection)."""
+        with self.disk.lock:
+            return index.chunk_counts(self.disk.conn, owners)
 
     def drop_from(self, owner: str, chunk: int) -> None:
         """Forget `owner`'s chunks from `chunk` on (an ingest about to redo them)."""
@@ -134,7 +144,7 @@ class Recall:
     def pending(self, owners: Sequence[str]) -> int:
         """Passages of `owners` still without an embedding."""
         with self.disk.lock:
-            return sum(index.count_unembedded(self.disk.conn, o) for o in owners)
+            return vectors.count_unembedded(self.disk.conn, owners)
 
     def flush(self) -> None:
         """Wait for queued embedding work; re-raise its first error."""
@@ -147,6 +157,7 @@ class Recall:
             self.flush()
         finally:
             self._pool.shutdown(wait=True)
+            self._beside.shutdown(wait=True)
             emb = self._embedder
             if emb is None and self._loading is not None:
                 emb = self._loading.result()
@@ -181,67 +192,86 @@ class Recall:
         `scope`: the only chunks an owner may answer with, applied to each ranking before the
         fusion (an owner shared by several conversations ranks only the asker's chunks)."""
 
-        def mine(hits: list[lexical.PassageHit]) -> list[lexical.PassageHit]:
-            if scope is None:
-                return hits
-            return [h for h in hits if h.owner not in scope or h.chunk in scope[h.owner]]
-
         t0 = time.perf_counter()
-        rankings: dict[str, list[lexical.PassageHit]] = {}
-        if mode in ("hybrid", "bm25"):
-            found: list[lexical.PassageHit] = []
-            about: list[lexical.PassageHit] = []
-            with self.disk.lock:
-                for o in owners:
-                    wide = limit if scope is None or o not in scope else 1 << 30
-                    if subject:
-                        hits, chunks = lexical.search_with_subject(self.disk.conn, o, query, wide)
-                    else:
-                        hits, chunks = lexical.search(self.disk.conn, o, query, wide), []
-                    found += mine(hits)[:limit]
-                    about += mine(chunks)
-            rankings["bm25"] = sorted(found, key=lambda h: -h.score)
-            if about:
-                rankings["subject"] = sorted(about, key=lambda h: -h.score)
-        t1 = time.perf_counter()
         self.check(mode)
+        rankings: dict[str, list[lexical.PassageHit]] = {}
+        stack = None
         if mode in ("hybrid", "semantic") and self.semantic:
+            self.flush()
+            self._embed(owners)  # anything no write-back embedded (a killed ingest)
+            with self.disk.lock:
+                stack = self.cache.get(self.disk.conn, owners)
+        beside: Future[tuple[float, list[lexical.PassageHit], list[lexical.PassageHit]]] | None
+        beside, took = None, 0.0
+        found: list[lexical.PassageHit] = []
+        about: list[lexical.PassageHit] = []
+        if mode in ("hybrid", "bm25"):  # beside the semantic ranking: SQLite and BLAS
+            args = (owners, query, limit, subject, scope)  # both let go of the GIL
+            if stack is None:
+                took, found, about = self._lexical(*args)
+            else:
+                beside = self._beside.submit(self._lexical, *args)
+        t1 = time.perf_counter()
+        near: list[lexical.PassageHit] = []
+        if stack is not None:
             emb = self.embedder()
             assert emb is not None
-            self.flush()
-            for owner in owners:
-                self._embed_owner(owner)  # anything no write-back embedded (a killed ingest)
-            qvec = emb.embed([query])[0]
-            with self.disk.lock:
-                found = [
-                    h
-                    for o in owners
-                    for h in semantic.search(
-                        self.disk.conn, self.cache, o, qvec, limit,
-                        None if scope is None else scope.get(o),
-                    )
-                ]  # fmt: skip
-            rankings["semantic"] = sorted(found, key=lambda h: -h.score)
-        self.timings = {"lexical_s": t1 - t0, "semantic_s": time.perf_counter() - t1}
+            near = semantic.rank(stack, emb.embed([query])[0], limit, scope)
+        t2 = time.perf_counter()
+        if beside is not None:
+            took, found, about = beside.result()
+        if mode in ("hybrid", "bm25"):  # in this order: fusion breaks ties by it
+            rankings["bm25"] = found
+            if about:
+                rankings["subject"] = about
+        if stack is not None:
+            rankings["semantic"] = near
+        self.timings = {
+            "lexical_s": took,
+            "semantic_s": t2 - t1,
+            "recall_s": time.perf_counter() - t0,
+        }
         return fuse(rankings)[:limit]
+
+    def _lexical(
+        self,
+        owners: Sequence[str],
+        query: str,
+        limit: int,
+        subject: bool,
+        scope: Mapping[str, Container[int]] | None,
+    ) -> tuple[float, list[lexical.PassageHit], list[lexical.PassageHit]]:
+        """(seconds, the BM25 ranking, the subject ranking); the owners' corpora are looked up
+        once while the store's recall index is unchanged."""
+        t0 = time.perf_counter()
+        with self.disk.lock:
+            conn = self.disk.conn
+            seen = index.store_generation(conn)
+            key = tuple(owners)
+            if self._corpora is None or self._corpora[:2] != (key, seen):
+                self._corpora = (key, seen, index.corpora(conn, owners))
+            found, about = lexical.search(
+                conn, owners, query, limit, subject=subject, scope=scope, cids=self._corpora[2]
+            )
+        return time.perf_counter() - t0, found, about
 
     def passage_texts(self, hits: Sequence[Hit]) -> list[str]:
         """The best passage of each hit, in order; a sentence a chunk edge cuts is given whole
         (joined with the part across the edge)."""
         with self.disk.lock:
-            rows = [index.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
-            return [index.whole(self.disk.conn, r) for r in rows if r is not None]
+            found = [stored.passage(self.disk.conn, h.owner, h.chunk, h.passage) for h in hits]
+            return [stored.whole(self.disk.conn, r) for r in found if r is not None]
 
     def quote_text(
         self, hit: Hit, query: str, words: int, held: Container[int] | None = None
     ) -> str:
         """What ask, chat and the server quote of `hit` before `query`: its best passage (in a
         document with the passage after it, from the next chunk only where `held`, the chunks of
-        hit.owner the window holds, has it: index.reading) cut to `words` words around the
+        hit.owner the window holds, has it: rows.reading) cut to `words` words around the
         query's (recall.focus); '' when the passage is gone."""
         with self.disk.lock:
-            row = index.passage(self.disk.conn, hit.owner, hit.chunk, hit.passage)
-            text = "" if row is None else index.reading(self.disk.conn, row, held)
+            row = stored.passage(self.disk.conn, hit.owner, hit.chunk, hit.passage)
+            text = "" if row is None else stored.reading(self.disk.conn, row, held)
         return focus(text, query, words) if text else ""
 
     def passage_counts(self, owner: str) -> dict[int, int]:

@@ -142,7 +142,7 @@ def lay_out(
     `page_of` gives a document chunk's page; `labels` names the conversation's pieces;
     `prepare` is given the pieces that leave the window before recall searches them."""
     around = frames(tpl, documents)
-    sources = [lib.source(d, sum(len(t) for t in around[d.owner])) for d in documents]
+    sources = lib.sources(documents, {o: sum(len(t) for t in ts) for o, ts in around.items()})
     req = Request(
         window=window, head=system.n, tail=tail, query=query, mode=lib.settings.recall,
         history=[t for t, _ in history], sources=sources, order="document", prepare=prepare,

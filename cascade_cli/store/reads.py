@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -72,7 +74,18 @@ class ChunkReader:
 
     def evicted(self, owner: str) -> set[str]:
         """Keys of ``owner`` the disk budget evicted (and nothing has saved again since)."""
-        return {r[0] for r in self._rows("SELECT key FROM evicted WHERE owner = ?", (owner,))}
+        return self.evicted_of([owner]).get(owner, set())
+
+    def evicted_of(self, owners: Sequence[str]) -> dict[str, set[str]]:
+        """Evicted keys by owner, for the owners that have any (one query for a collection)."""
+        out: dict[str, set[str]] = {}
+        rows = self._rows(
+            "SELECT owner, key FROM evicted WHERE owner IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(owners)),),
+        )
+        for owner, key in rows:
+            out.setdefault(str(owner), set()).add(str(key))
+        return out
 
     def total_bytes(self) -> int:
         """Sum of payload sizes."""

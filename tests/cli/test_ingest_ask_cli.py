@@ -350,13 +350,15 @@ def _drop_recall_rows(home: Path, owner: str, vectors_only: bool = False) -> Non
     """Make the store look as one written before passage recall (or before embeddings)."""
     import sqlite3
 
+    from cascade_cli.recall import index
+
     conn = sqlite3.connect(home / "store" / "index.sqlite")
     try:
         (cid,) = conn.execute("SELECT id FROM recall_corpora WHERE owner = ?", (owner,)).fetchone()
         if vectors_only:
             conn.execute("UPDATE recall_passages SET vec = NULL WHERE corpus = ?", (cid,))
         else:
-            conn.execute(f"DROP TABLE recall_fts_{cid}")
+            conn.execute("DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", index.span(cid))
             conn.execute("DELETE FROM recall_passages WHERE corpus = ?", (cid,))
             conn.execute("DELETE FROM recall_corpora WHERE id = ?", (cid,))
         conn.commit()

@@ -88,3 +88,57 @@ def test_empty_files_and_names_no_one_can_read_are_skipped(tmp_path: Path) -> No
 def test_a_file_is_not_a_folder(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is not a directory"):
         walk(_write(tmp_path, "a.txt"))
+
+
+def test_a_link_reads_only_what_the_walk_takes_itself(tmp_path: Path) -> None:
+    """A link inside the tree to an ignored file, or into `.git`, would read what the walk
+    refused: it is skipped as ignored."""
+    _write(tmp_path, ".gitignore", "secret.env\n")
+    _write(tmp_path, "secret.env", "TOKEN=1\n")
+    _write(tmp_path, ".git/config", "[remote]\nurl = https://user:pw@example.com\n")
+    _write(tmp_path, "a.txt")
+    (tmp_path / "env.txt").symlink_to(tmp_path / "secret.env")
+    (tmp_path / "config.txt").symlink_to(tmp_path / ".git" / "config")
+    (tmp_path / "b.txt").symlink_to(tmp_path / "a.txt")
+    files, skipped = _names(tmp_path)
+    assert files == [".gitignore", "a.txt", "b.txt"]
+    assert sorted(skipped["ignored"]) == ["config.txt", "env.txt", "secret.env"]
+
+
+def test_ignore_files_above_a_folder_of_a_repository_apply(tmp_path: Path) -> None:
+    """`ingest repo/docs` honours repo/.gitignore and the repository's info/exclude, as Git
+    does for that folder; a folder in no repository has only its own."""
+    repo = tmp_path / "repo"
+    _write(repo, ".gitignore", "*.log\n/docs/draft.md\n")
+    _write(repo, ".git/info/exclude", "local.txt\n")
+    _write(repo, "docs/.gitignore", "!keep.log\n")
+    for rel in ("docs/a.md", "docs/run.log", "docs/keep.log", "docs/draft.md", "docs/local.txt",
+                "docs/sub/draft.md"):  # fmt: skip
+        _write(repo, rel)
+    files, skipped = _names(repo / "docs")
+    assert files == [".gitignore", "a.md", "keep.log", "sub/draft.md"]
+    assert sorted(skipped["ignored"]) == ["draft.md", "local.txt", "run.log"]
+    _write(tmp_path, "plain/run.log")
+    assert _names(tmp_path / "plain")[0] == ["run.log"]
+
+
+def test_a_whitespace_only_file_is_empty(tmp_path: Path) -> None:
+    _write(tmp_path, "a.txt")
+    _write(tmp_path, "blank.txt", "\n  \n\t\n")
+    files, skipped = _names(tmp_path)
+    assert files == ["a.txt"] and skipped == {"empty": ["blank.txt"]}
+
+
+def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_without_blocking(
+    tmp_path: Path,
+) -> None:
+    """Between the walk and the read a file can become a FIFO: reading it the usual way would
+    wait for a writer forever."""
+    from cascade_cli.documents import extract
+
+    path = _write(tmp_path, "a.txt")
+    assert _names(tmp_path)[0] == ["a.txt"]
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(InputError, match="is not a regular file"):
+        extract(path)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cascade_cli.engine.embed import Embedder
-from cascade_cli.recall import Recall, fuse
+from cascade_cli.recall import Recall, fuse, lexical, semantic
 from cascade_cli.recall.context import in_context
 from cascade_cli.recall.focus import focus
 from cascade_cli.recall.lexical import PassageHit, query_terms
@@ -153,24 +153,65 @@ def test_reindex_replaces_and_forget_drops(recall: Recall) -> None:
     assert rank_of(recall, question, "hybrid", 3) > 0
     recall.index(OWNER, 3, chunks[3] + " " + SECRET)  # a chunk's text changes: re-indexed
     assert rank_of(recall, question, "hybrid", 3) == 0
-    assert recall.indexed(OWNER) == set(range(6))
+    assert recall.indexed(OWNER) == set(range(6)) and recall.indexed_counts([OWNER]) == {OWNER: 6}
     recall.drop_from(OWNER, 4)
-    assert recall.indexed(OWNER) == set(range(4))
+    assert recall.indexed(OWNER) == set(range(4)) and recall.indexed_counts([OWNER]) == {OWNER: 4}
     recall.forget(OWNER)
     assert recall.indexed(OWNER) == set() and recall.search([OWNER], question) == []
+    assert recall.indexed_counts([OWNER]) == {}
 
 
-def test_per_document_statistics(recall: Recall) -> None:
-    """BM25 of one document is not moved by another document's text."""
-    chunks = haystack(6, SECRET, at=2)
-    index_all(recall, chunks)
-    before = recall.search([OWNER], "What is the pass key?", "bm25")
-    for i, c in enumerate(haystack(6)):
-        recall.index("doc:2", i, c.replace("License", "pass key"))  # another doc full of the term
-    after = recall.search([OWNER], "What is the pass key?", "bm25")
-    assert [(h.chunk, round(h.score, 6)) for h in before] == [
-        (h.chunk, round(h.score, 6)) for h in after
-    ]
+def test_scores_compare_across_documents(recall: Recall) -> None:
+    """One FTS5 table for the store: BM25 weighs words by the whole store, so the same passage
+    scores the same in any document, and a search over many documents (one query, as for a
+    collection's files) ranks them as a search over a few (a query per document) does."""
+    owners = [f"doc:{i}" for i in range(1, 13)]  # more than lexical.FEW
+    assert len(owners) > lexical.FEW
+    for n, owner in enumerate(owners):
+        for i, c in enumerate(haystack(4)):
+            recall.index(owner, i, c + (" " + SECRET if (n, i) == (6, 2) else ""))
+    conn = recall.disk.conn
+    many, _ = lexical.search(conn, owners, "What is the pass key?", 64)
+    few, _ = lexical.search(conn, ["doc:3", "doc:7"], "What is the pass key?", 64)
+    assert (many[0].owner, many[0].chunk) == ("doc:7", 2) and few[0] == many[0]
+    common, _ = lexical.search(conn, owners, "Who is Sir Walter Elliot of Kellynch Hall?", 64)
+    top = [h for h in common if (h.chunk, h.pidx) == (common[0].chunk, common[0].pidx)]
+    assert len({h.owner for h in top}) > lexical.FEW  # the same passage in each document …
+    assert max(h.score for h in top) == pytest.approx(min(h.score for h in top))  # … scores alike
+    scoped, about = lexical.search(
+        conn, owners, "What is the pass key?", 64, subject=True, scope={"doc:7": {0, 1}}
+    )
+    assert all((h.owner, h.chunk) != ("doc:7", 2) for h in scoped + about)  # out of its scope
+    assert recall.indexed_counts(owners) == dict.fromkeys(owners, 4)
+
+
+def test_a_search_over_many_owners_ranks_their_vectors_together(recall: Recall) -> None:
+    """Semantic recall over several documents ranks one stack of their vectors: the same hits
+    and scores as each document searched alone, merged; a change to one document is seen."""
+    owners = ["doc:1", "doc:2", "doc:3"]
+    for n, owner in enumerate(owners):
+        for i, c in enumerate(haystack(3)):
+            recall.index(owner, i, c if n != 1 or i != 1 else c + " " + SECRET)
+    recall.flush()
+    question = "What secret number was I asked to remember?"
+    emb = recall.embedder()
+    assert emb is not None
+    qvec = emb.embed([question])[0]
+    conn = recall.disk.conn
+    joint = semantic.search(conn, recall.cache, owners, qvec, 1000)  # every passage
+    alone = [h for o in owners for h in semantic.search(conn, recall.cache, [o], qvec, 1000)]
+    assert len(joint) == len(alone) > 20
+
+    def key(h: PassageHit) -> tuple[float, str, int, int]:
+        return (-round(h.score, 5), h.owner, h.chunk, h.pidx)
+
+    assert sorted(map(key, joint)) == sorted(map(key, alone))
+    assert [h.score for h in joint] == sorted((h.score for h in joint), reverse=True)
+    assert (joint[0].owner, joint[0].chunk) == ("doc:2", 1)
+    recall.index("doc:3", 2, "Nothing here. " + SECRET)  # another document changes
+    recall.flush()
+    again = semantic.search(conn, recall.cache, owners, qvec, 10)
+    assert ("doc:3", 2) in {(h.owner, h.chunk) for h in again[:2]}
 
 
 def test_missing_embeddings_are_filled_at_search(tmp_path: Path, embed_model_path: Path) -> None:
@@ -220,9 +261,9 @@ def test_semantic_scores_in_context() -> None:
     missing chunks."""
     ids = np.array([(0, 0), (0, 1), (1, 0), (3, 0)], dtype=np.int32)
     scores = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
-    got = in_context(ids, scores, 0.6)
+    got = in_context(ids, scores, share=0.6)
     assert got.tolist() == pytest.approx([0.3, 1.0, 0.3, 0.0])
-    assert in_context(ids, scores, 0.0) is scores
+    assert in_context(ids, scores, share=0.0) is scores
 
 
 def test_a_sentence_cut_by_a_chunk_edge_is_quoted_whole(recall: Recall) -> None:
@@ -302,3 +343,27 @@ def test_a_subject_ranking_adds_weight_but_never_leads() -> None:
     assert order.index(2) < order.index(1) and plain.index(1) < plain.index(2)  # reordered
     assert 7 in order and next(h for h in fused if h.chunk == 7).tops == ()
     assert next(h for h in fused if h.chunk == 2).passage == 0  # a leading method's passage
+
+
+def test_a_large_stack_scores_the_nearest_chunks_passages_only(
+    recall: Recall, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over SCAN_ALL passages, semantic recall scores every passage on the stack's principal
+    directions first and then only the CANDIDATES best (and their neighbours) whole (kept as
+    f16): the needle is still found, and only those passages are ranked."""
+    monkeypatch.setattr(semantic, "SCAN_ALL", 20)
+    monkeypatch.setattr(semantic, "DIMS", 16)
+    monkeypatch.setattr(semantic, "CANDIDATES", 3)
+    owners = ["doc:1", "doc:2", "doc:3"]
+    for n, owner in enumerate(owners):
+        for i, c in enumerate(haystack(3)):
+            recall.index(owner, i, c if (n, i) != (1, 1) else c + " " + SECRET)
+    recall.flush()
+    emb = recall.embedder()
+    assert emb is not None
+    qvec = emb.embed(["What secret number was I asked to remember?"])[0]
+    stack = recall.cache.get(recall.disk.conn, owners)
+    assert stack.proj is not None and stack.mat.dtype == np.float16 and len(stack.ids) > 20
+    found = semantic.search(recall.disk.conn, recall.cache, owners, qvec, 1000)
+    assert (found[0].owner, found[0].chunk) == ("doc:2", 1)
+    assert len(found) <= 9  # three candidates and their neighbours

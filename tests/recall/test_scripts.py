@@ -99,18 +99,21 @@ def test_an_index_written_before_is_split_and_indexed_again(recall: Recall) -> N
     conn = recall.disk.conn
     english = "The best thing to do in Bath is walk. Then rest."
     with recall.disk.transaction() as c:
-        cid = index.corpus_id(c, OWNER, create=True)
-        table = index.fts_table(cid or 0)
+        cid = index.corpus_id(c, OWNER, create=True) or 0
         text = "".join(ZH_PARAGRAPHS)
         for chunk, body in enumerate([text, english]):
             c.execute(
                 "INSERT INTO recall_passages (corpus, chunk, pidx, start, text) VALUES (?, ?, 0, ?, ?)",
                 (cid, chunk, 1000 * chunk, body),
             )  # as the old code split them: no 。 ends, the raw text in FTS5
-            c.execute(f"INSERT INTO {table} (text, chunk, pidx) VALUES (?, ?, 0)", (body, chunk))
+            c.execute(
+                "INSERT INTO recall_fts (rowid, text) VALUES (?, ?)",
+                (index.rowid(cid, chunk, 0), body),
+            )
     assert recall.search([OWNER], ZH_QUESTION, "bm25") == []
     with recall.disk.transaction() as c:
         index.m006_unspaced_scripts(c)
+        index.rebuild_fts(c)  # m007, which follows it
     rows = conn.execute(
         "SELECT chunk, start, text FROM recall_passages ORDER BY chunk, pidx"
     ).fetchall()
