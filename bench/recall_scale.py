@@ -1,12 +1,12 @@
 """Recall over a 10,000-file collection: the time `ask` spends choosing chunks, as a collection
 grows past what one FTS table per file could serve.
 
-The collection is real code and text: the files the ingest walker finds under Debian's
-/usr/lib/python3 (its Python packages), then the venv's site-packages, the first 10,000 in walk
-order. It is built without model prefill: each file is extracted (documents.extract), cut into
-512-token chunks by the ingest's own chunker with the model's tokenizer, and its chunks' passages
-indexed by recall.index in one catalog commit per file, as ingest does — only the KV states are
-not computed (recall never reads them). Passage embeddings are random unit vectors written as
+The collection is real code and text: the files the ingest walker takes under Debian's
+/usr/lib/python3 (its Python packages), then /usr/share/doc (packages' documentation), the
+first 10,000 that extract, in walk order. It is built without model prefill: each file is
+extracted (documents.extract), cut into 512-token chunks by the ingest's own chunker with the
+model's tokenizer, and its chunks' passages indexed by recall.index in one catalog commit per
+file, as ingest does — only the KV states are not computed (recall never reads them). Passage embeddings are random unit vectors written as
 the embedder would (f16): cosine's cost does not depend on the values; the question itself is
 embedded by MiniLM-L6 in the timed path. So the semantic ranking is noise here and only its cost
 is measured; answer quality over collections is bench/collection.py's.
@@ -50,7 +50,7 @@ from cascade_cli.paging.prompt import frame  # noqa: E402
 from cascade_cli.recall import index, vectors  # noqa: E402
 from cascade_cli.recall.passages import Passage, split  # noqa: E402
 
-ROOTS = [Path("/usr/lib/python3"), Path(sys.prefix) / "lib" / "python3.11" / "site-packages"]
+ROOTS = [Path("/usr/lib/python3"), Path("/usr/share/doc")]
 WORK = ROOT / "bench" / ".work" / "recall-scale"
 MODELS = ROOT / ".cascade-test" / "models"
 MODEL = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -228,7 +228,7 @@ def main() -> None:
         models=[MODEL, EMBED],
         notes=(
             f"{size['documents']:,} files ({size['tokens']:,} tokens, {size['chunks']:,} chunks, "
-            f"{size['passages']:,} passages): /usr/lib/python3 then the venv's site-packages. "
+            f"{size['passages']:,} passages): /usr/lib/python3 then /usr/share/doc. "
             f"Store index {mb(size['index_bytes'])}"
             + (
                 f" (FTS5 {mb(size['fts_bytes'])}, passages with f16 vectors "

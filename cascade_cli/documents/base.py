@@ -65,12 +65,17 @@ class Extracted:
     lines: bool = False
     #: things worth telling the user (e.g. pages without a text layer), one line each
     notes: list[str] = field(default_factory=list)
+    #: the file's line starts, where the text's line breaks are not all the file's (a
+    #: hard-wrapped paragraph joined into one line: documents.formats.unwrap)
+    starts: list[int] | None = None
 
     def line_starts(self) -> list[int]:
-        """The character offset where each line begins (line 1 at index 0); empty unless the
-        format has meaningful lines."""
+        """The character offset where each line of the file begins (line 1 at index 0); empty
+        unless the format has meaningful lines."""
         if not self.lines:
             return []
+        if self.starts is not None:
+            return list(self.starts)
         starts = [0]
         find = self.text.find
         at = find("\n")

@@ -125,7 +125,9 @@ def walk(root: Path, max_bytes: int = MAX_FILE, exclude: Iterable[Path] = ()) ->
 def _above(top: Path) -> list[tuple[str, str, pathspec.PathSpec]]:
     """The ignore rules from above `top`: where it is inside a Git working tree, the
     `.git/info/exclude` of its repository and the `.gitignore` of each folder from the
-    repository's top down to `top`'s parent (`top`'s own is read by the walk)."""
+    repository's top down to `top`'s parent (`top`'s own is read by the walk) — none where
+    they ignore `top` itself (a folder a person names is what they want read, e.g. a
+    virtualenv's site-packages)."""
     repo = next((p for p in (top, *top.parents) if (p / ".git").exists()), None)
     if repo is None:
         return []
@@ -140,6 +142,10 @@ def _above(top: Path) -> list[tuple[str, str, pathspec.PathSpec]]:
             spec = _spec(folder / ".gitignore")
             if spec is not None:
                 out.append(("", top.relative_to(folder).as_posix(), spec))
+    for _, path, spec in out:  # `top` itself ignored: chosen anyway, its rules say nothing
+        parts = path.split("/") if path else []
+        if any(spec.match_file("/".join(parts[: i + 1]) + "/") for i in range(len(parts))):
+            return []
     return out
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cascade_cli.documents import HEADING, Limits, extract, where
+from cascade_cli.documents.formats import unwrap
 from cascade_cli.errors import InputError
 from tests.documents.makers import austen, pdf_pages, write_zip
 
@@ -16,16 +17,17 @@ def _heads(ex) -> list[tuple[str, int]]:
     return [(m.label, m.level) for m in ex.marks if m.kind == HEADING]
 
 
-def test_plain_text_is_kept_as_it_is_with_its_lines_and_guessed_headings(tmp_path: Path) -> None:
+def test_plain_text_keeps_its_lines_and_guessed_headings(tmp_path: Path) -> None:
     body = austen(3000)
     text = f"PERSUASION\n\nby Jane Austen\n\n{body}\nCHAPTER II.\n\nThe end.\n"  # body: Chapter 1
     src = tmp_path / "book.txt"
     src.write_text(text, encoding="utf-8")
     ex = extract(src)
-    assert (ex.format, ex.text, ex.lines) == ("text", text, True)
+    assert (ex.format, ex.text, ex.lines) == ("text", unwrap(text), True)
+    assert len(ex.text) == len(text) and "who united these gifts" in ex.text  # joined
     assert _heads(ex) == [("PERSUASION", 1), ("Chapter 1", 1), ("CHAPTER II.", 1)]
     for m in ex.marks:
-        assert text[m.start :].startswith(m.label)
+        assert ex.text[m.start :].startswith(m.label)
     starts = ex.line_starts()
     assert len(starts) == text.count("\n") and starts[0] == 0
     assert all(text[s - 1] == "\n" for s in starts[1:])
@@ -101,3 +103,24 @@ def test_a_zip_that_is_not_an_epub_by_name_is_read_as_text_and_refused(tmp_path:
     write_zip(tmp_path / "a.zip", {"a.txt": b"hello"})
     with pytest.raises(InputError, match=r"NUL bytes|not valid utf-8"):
         extract(tmp_path / "a.zip")
+
+
+def test_a_hard_wrapped_text_is_joined_into_paragraphs_one_character_for_one() -> None:
+    """What a Gutenberg text wraps at ~70 columns reads as the same book's PDF or EPUB does;
+    a verse, a list, an indented block, a paragraph's end keep their breaks."""
+    prose = austen(4000)
+    verse = "\n".join(["Oh! the days of old,", "Oh! the nights so cold,", "Sing we now."])
+    listed = (
+        "Her sisters were these three at the least, as she counted them once more:\n- Anne\n- Mary"
+    )
+    indented = "She read it twice over and again, and found in it words she kept to herself:\n    Dear Anne,"
+    text = f"{prose}\n{verse}\n\n{listed}\n\n{indented}\n"
+    out = unwrap(text)
+    assert len(out) == len(text) and all(
+        a == b or (a, b) == (" ", "\n") for a, b in zip(out, text, strict=True)
+    )
+    paragraphs = [p for p in out.split("\n\n") if p.strip()]
+    assert all("\n" not in p.strip() for p in paragraphs[:-3])  # each prose paragraph one line
+    assert verse in out and "\n- Anne\n- Mary" in out and ":\n    Dear Anne," in out
+    code = "\n".join(f"{'    ' * (i % 3)}x{i} = {'y' * (i % 50)}" for i in range(60))
+    assert unwrap(code) == code  # not a hard-wrapped text: left as it is

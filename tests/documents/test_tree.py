@@ -120,6 +120,9 @@ def test_ignore_files_above_a_folder_of_a_repository_apply(tmp_path: Path) -> No
     assert sorted(skipped["ignored"]) == ["draft.md", "local.txt", "run.log"]
     _write(tmp_path, "plain/run.log")
     assert _names(tmp_path / "plain")[0] == ["run.log"]
+    _write(repo, "build-cache/data/x.log")  # a folder the rules above ignore, named anyway:
+    _write(repo, ".gitignore", "*.log\n/docs/draft.md\nbuild-cache/\n")
+    assert _names(repo / "build-cache" / "data")[0] == ["x.log"]  # read as it is
 
 
 def test_a_whitespace_only_file_is_empty(tmp_path: Path) -> None:
