@@ -13,6 +13,7 @@ from cascade_cli.cli import options as opt
 from cascade_cli.cli.cite import sources_line
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
 from cascade_cli.cli.state import Answer, err, out, settings, shown
+from cascade_cli.config import Settings
 from cascade_cli.errors import CascadeError, StoreLockedError
 from cascade_cli.paging import collection
 from cascade_cli.paging.library import Library
@@ -176,45 +177,53 @@ def _loop(session: ChatSession, interactive: bool) -> None:
                     raise
 
 
+# `cascade chat`'s own options (those other commands share: cli/options.py)
+SessionName = Annotated[
+    str | None,
+    typer.Option("--session", "-s", help="Create or resume this named session."),
+]
+System = Annotated[
+    str | None,
+    typer.Option("--system", help="System prompt (kept with the session; setting system)."),
+]
+Docs = Annotated[
+    list[str] | None,
+    typer.Option("--doc", help="Document or collection every turn may recall from (repeatable)."),
+]
+MaxTokens = Annotated[
+    int | None, typer.Option("--max-tokens", help="Longest reply (setting max_tokens).", min=1)
+]
+Temperature = Annotated[
+    float | None,
+    typer.Option("--temperature", help="0 = greedy (setting temperature).", min=0.0),
+]
+TopK = Annotated[
+    int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off (setting top_k).", min=0)
+]
+TopP = Annotated[
+    float | None, typer.Option("--top-p", help="Nucleus sampling (setting top_p).", min=0.0)
+]
+Seed = Annotated[int | None, typer.Option("--seed", help="Sampling seed (default: random).")]
+RepeatPenalty = Annotated[
+    float | None,
+    typer.Option(
+        "--repeat-penalty",
+        help="Over the last 64 tokens, 1.0 = off (setting repeat_penalty).",
+        min=0.0,
+    ),
+]
+
+
 def chat(
-    session_name: Annotated[
-        str | None,
-        typer.Option("--session", "-s", help="Create or resume this named session."),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option("--system", help="System prompt (kept with the session; setting system)."),
-    ] = None,
-    doc: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--doc", help="Document or collection every turn may recall from (repeatable)."
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help="Longest reply (setting max_tokens).", min=1)
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option("--temperature", help="0 = greedy (setting temperature).", min=0.0),
-    ] = None,
-    top_k: Annotated[
-        int | None, typer.Option("--top-k", help="Top-k sampling, 0 = off (setting top_k).", min=0)
-    ] = None,
-    top_p: Annotated[
-        float | None, typer.Option("--top-p", help="Nucleus sampling (setting top_p).", min=0.0)
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Sampling seed (default: random).")
-    ] = None,
-    repeat_penalty: Annotated[
-        float | None,
-        typer.Option(
-            "--repeat-penalty",
-            help="Over the last 64 tokens, 1.0 = off (setting repeat_penalty).",
-            min=0.0,
-        ),
-    ] = None,
+    session_name: SessionName = None,
+    system: System = None,
+    doc: Docs = None,
+    max_tokens: MaxTokens = None,
+    temperature: Temperature = None,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    seed: Seed = None,
+    repeat_penalty: RepeatPenalty = None,
     model: opt.Model = None,
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
@@ -239,23 +248,21 @@ def chat(
     Example: cascade chat -s tea --doc persuasion
 
     See docs/commands.md."""
-    cfg = settings(
-        opt.flags(
-            model=model,
-            gpu_layers=gpu_layers,
-            threads=threads,
-            gpu_cache_size=gpu_cache_size,
-            memory_cache_size=memory_cache_size,
-            disk_cache_path=disk_cache_path,
-            block_size=block_size,
-            compression=compression,
-            flash_attn=flash_attn,
-            recall=recall,
-            rerank=rerank,
-            think=think,
-            embed_model=embed_model,
-            repeat_guard=repeat_guard,
-        )
+    flags = opt.flags(
+        model=model,
+        gpu_layers=gpu_layers,
+        threads=threads,
+        gpu_cache_size=gpu_cache_size,
+        memory_cache_size=memory_cache_size,
+        disk_cache_path=disk_cache_path,
+        block_size=block_size,
+        compression=compression,
+        flash_attn=flash_attn,
+        recall=recall,
+        rerank=rerank,
+        think=think,
+        embed_model=embed_model,
+        repeat_guard=repeat_guard,
     )
     overrides: dict[str, Any] = opt.flags(
         system=system,
@@ -266,6 +273,13 @@ def chat(
         seed=seed,
         repeat_penalty=repeat_penalty,
     )
+    _chat(settings(flags), session_name, doc or [], overrides)
+
+
+def _chat(
+    cfg: Settings, session_name: str | None, refs: list[str], overrides: dict[str, Any]
+) -> None:
+    """Open the model and the store, then chat in the named (or a fresh) session."""
     held = ExitStack()
     if session_name is not None:  # one chat per session, refused before the model loads
         session_name = catalog.check_name(session_name)
@@ -281,7 +295,7 @@ def chat(
     ):
         lib.recall.preload()
         with lib.disk.lock:  # no document twice (a collection and one of its files)
-            found = [d for ref in doc or [] for d in collection.documents_of(lib.conn, ref)]
+            found = [d for ref in refs for d in collection.documents_of(lib.conn, ref)]
         documents = list({d.id: d for d in found}.values())
         name = session_name or _fresh_name(lib, held)
         session = ChatSession(
@@ -294,19 +308,29 @@ def chat(
         )
         try:
             if interactive:
-                state = "new" if session.created else f"{session.s.turns} turns"
-                out.print(
-                    f"[bold]cascade chat[/bold] · session {shown(name)} ({state}) · "
-                    f"{shown(m.path.name)} · "
-                    f"window {session.window}"
-                )
-                out.print(f"[dim]{HELP}[/dim]")
+                _banner(session, name, m.path.name)
             _loop(session, interactive)
         finally:
-            session.close()
-            if session.s.turns:
-                hint = "" if session_name else f"; resume with `cascade chat --session {name}`"
-                saved = shown(f"session {name}: {session.s.turns} turns saved{hint}")
-                err.print(f"[dim]({saved})[/dim]")
-            elif session.created and session.pages.saving:
-                session.delete()  # an empty session is not kept
+            _close(session, name, named=bool(session_name))
+
+
+def _banner(session: ChatSession, name: str, model_file: str) -> None:
+    """The interactive chat's first lines: session, model, window, then the commands."""
+    state = "new" if session.created else f"{session.s.turns} turns"
+    out.print(
+        f"[bold]cascade chat[/bold] · session {shown(name)} ({state}) · "
+        f"{shown(model_file)} · "
+        f"window {session.window}"
+    )
+    out.print(f"[dim]{HELP}[/dim]")
+
+
+def _close(session: ChatSession, name: str, named: bool) -> None:
+    """Close the session: say it was saved (unnamed: how to resume it), or delete it if empty."""
+    session.close()
+    if session.s.turns:
+        hint = "" if named else f"; resume with `cascade chat --session {name}`"
+        saved = shown(f"session {name}: {session.s.turns} turns saved{hint}")
+        err.print(f"[dim]({saved})[/dim]")
+    elif session.created and session.pages.saving:
+        session.delete()  # an empty session is not kept

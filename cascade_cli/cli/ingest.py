@@ -20,10 +20,11 @@ from cascade_cli.cli.ingest_tree import ingest_dir
 from cascade_cli.cli.interrupt import Deferred
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
 from cascade_cli.cli.state import err, out, settings, shown
-from cascade_cli.config import parse_size
+from cascade_cli.config import Settings, parse_size
 from cascade_cli.documents import Extracted, extract
 from cascade_cli.errors import CascadeError, InputError, StoreError, check_name
 from cascade_cli.paging import shared
+from cascade_cli.paging.catalog import Document
 from cascade_cli.paging.ingest import IngestStatus, ingest
 from cascade_cli.paging.library import Library
 
@@ -67,28 +68,34 @@ class _LazyBar:
             self.bar.stop()
 
 
+# `cascade ingest`'s own options (those other commands share: cli/options.py)
+Files = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Files to ingest (PDF, EPUB, HTML, Markdown, plain text or code), or one folder."
+    ),
+]
+Name = Annotated[
+    str | None,
+    typer.Option("--name", help="Name to store the document (one file) or collection under."),
+]
+MaxFileSize = Annotated[
+    str, typer.Option("--max-file-size", help="A folder's files past this size are skipped.")
+]
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="List the files a folder's ingest skipped.")
+]
+Encoding = Annotated[
+    str, typer.Option("--encoding", help="Text encoding of text files (and of undeclared HTML).")
+]
+
+
 def ingest_cmd(
-    files: Annotated[
-        list[Path],
-        typer.Argument(
-            help="Files to ingest (PDF, EPUB, HTML, Markdown, plain text or code), or one folder."
-        ),
-    ],
-    name: Annotated[
-        str | None,
-        typer.Option("--name", help="Name to store the document (one file) or collection under."),
-    ] = None,
-    max_file_size: Annotated[
-        str,
-        typer.Option("--max-file-size", help="A folder's files past this size are skipped."),
-    ] = "16MiB",
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="List the files a folder's ingest skipped.")
-    ] = False,
-    encoding: Annotated[
-        str,
-        typer.Option("--encoding", help="Text encoding of text files (and of undeclared HTML)."),
-    ] = "utf-8",
+    files: Files,
+    name: Name = None,
+    max_file_size: MaxFileSize = "16MiB",
+    verbose: Verbose = False,
+    encoding: Encoding = "utf-8",
     block_size: opt.BlockSize = None,
     compression: opt.Compression = None,
     gpu_cache_size: opt.GpuCacheSize = None,
@@ -120,20 +127,7 @@ def ingest_cmd(
     Example: cascade ingest book.epub manual.pdf; cascade ingest ~/src/myrepo
 
     See docs/commands.md."""
-    if name is not None and not name.strip():
-        raise InputError("--name is empty", "Pass a name, or leave --name out to use the file's.")
-    if name and len(files) > 1:
-        raise InputError(
-            "--name needs exactly one file", "Ingest files one at a time to name them."
-        )
-    folder = len(files) == 1 and files[0].is_dir()
-    for f in files:
-        if f.is_dir() and not folder:
-            raise InputError(f"{f} is a folder among files", "Ingest a folder on its own.")
-        if not f.is_dir() and not f.is_file():
-            raise InputError(f"{f} is not a readable file or folder", "Check the path.")
-        if not folder:
-            check_name(name or f.stem, "document", "--name notes")
+    folder = _check_files(files, name)
     cfg = settings(
         opt.flags(
             block_size=block_size,
@@ -153,6 +147,31 @@ def ingest_cmd(
     if folder:
         size = parse_size(max_file_size, "--max-file-size")
         return ingest_dir(cfg, files[0], name, encoding, size, verbose)
+    _ingest_files(cfg, files, name, encoding)
+
+
+def _check_files(files: list[Path], name: str | None) -> bool:
+    """Refuse a bad --name or path before the model loads; whether files is one folder."""
+    if name is not None and not name.strip():
+        raise InputError("--name is empty", "Pass a name, or leave --name out to use the file's.")
+    if name and len(files) > 1:
+        raise InputError(
+            "--name needs exactly one file", "Ingest files one at a time to name them."
+        )
+    folder = len(files) == 1 and files[0].is_dir()
+    for f in files:
+        if f.is_dir() and not folder:
+            raise InputError(f"{f} is a folder among files", "Ingest a folder on its own.")
+        if not f.is_dir() and not f.is_file():
+            raise InputError(f"{f} is not a readable file or folder", "Check the path.")
+        if not folder:
+            check_name(name or f.stem, "document", "--name notes")
+    return folder
+
+
+def _ingest_files(cfg: Settings, files: list[Path], name: str | None, encoding: str) -> None:
+    """Ingest (and with --remote publish) each file that can be read; exit non-zero if one
+    could not."""
     sources, failed = _extract_all(files, encoding)
     with (
         open_model(cfg) as m,
@@ -185,18 +204,24 @@ def ingest_cmd(
                 f"{doc.chunks} chunks, {doc.scheme}"
             )
             if lib.remote is not None:
-                lib.pager.flush()  # chunks first (published by write-back), then the manifest
-                try:
-                    done = shared.publish(lib, doc)
-                except StoreError as exc:  # the local ingest stands
-                    err.print(f"[yellow]warning:[/yellow] {shown(exc.one_line())}", soft_wrap=True)
-                    continue
-                out.print(
-                    f"published [bold]{shown(doc.name)}[/bold] to {shown(lib.remote.tier.url)}: "
-                    f"{done.chunks} chunks ({done.uploaded} uploaded now)"
-                )
+                _publish(lib, doc)
     if failed is not None:  # the files that could be read are in; the exit says one was not
         raise typer.Exit(failed.exit_code)
+
+
+def _publish(lib: Library, doc: Document) -> None:
+    """Publish an ingested document to the remote tier; a failure is a warning."""
+    assert lib.remote is not None
+    lib.pager.flush()  # chunks first (published by write-back), then the manifest
+    try:
+        done = shared.publish(lib, doc)
+    except StoreError as exc:  # the local ingest stands
+        err.print(f"[yellow]warning:[/yellow] {shown(exc.one_line())}", soft_wrap=True)
+        return
+    out.print(
+        f"published [bold]{shown(doc.name)}[/bold] to {shown(lib.remote.tier.url)}: "
+        f"{done.chunks} chunks ({done.uploaded} uploaded now)"
+    )
 
 
 def _extract_all(

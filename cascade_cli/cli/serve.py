@@ -109,59 +109,71 @@ async def _run(server: Any, sock: socket.socket, ready: str) -> None:
     await task
 
 
+# `cascade serve`'s own options (those other commands share: cli/options.py)
+Host = Annotated[
+    str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
+]
+Port = Annotated[
+    int, typer.Option("--port", help="Port to listen on (0 = any free port).", min=0, max=65535)
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Require `Authorization: Bearer KEY` on /v1 and /health."),
+]
+System = Annotated[
+    str | None,
+    typer.Option(
+        "--system",
+        help="System prompt for requests that send none (default: You are a helpful assistant.).",
+    ),
+]
+AllowOrigin = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-origin",
+        help="A web page origin (scheme://host[:port], `*` = any part) that may call the "
+        "server beside loopback ones (repeatable).",
+    ),
+]
+MaxBodySize = Annotated[
+    str | None,
+    typer.Option("--max-body-size", help="Largest request body (default 4MiB); over: 413."),
+]
+MaxMessages = Annotated[
+    str | None,
+    typer.Option("--max-messages", help="Most messages in one request (default 1024)."),
+]
+MaxQueue = Annotated[
+    str | None,
+    typer.Option(
+        "--max-queue", help="Most requests waiting behind the running one (default 16); 429."
+    ),
+]
+MaxReplyTokens = Annotated[
+    str | None,
+    typer.Option("--max-reply-tokens", help="Highest max_tokens a request may ask (4096)."),
+]
+ApiCacheBudget = Annotated[
+    str | None,
+    typer.Option(
+        "--api-cache-budget",
+        help="Disk the stored conversations may take (default 2GiB; 0 = no limit); least "
+        "recently used go first.",
+    ),
+]
+
+
 def serve(
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", help="Port to listen on (0 = any free port).", min=0, max=65535)
-    ] = 8080,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", help="Require `Authorization: Bearer KEY` on /v1 and /health."),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option(
-            "--system",
-            help="System prompt for requests that send none (default: You are a helpful "
-            "assistant.).",
-        ),
-    ] = None,
-    allow_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-origin",
-            help="A web page origin (scheme://host[:port], `*` = any part) that may call the "
-            "server beside loopback ones (repeatable).",
-        ),
-    ] = None,
-    max_body_size: Annotated[
-        str | None,
-        typer.Option("--max-body-size", help="Largest request body (default 4MiB); over: 413."),
-    ] = None,
-    max_messages: Annotated[
-        str | None,
-        typer.Option("--max-messages", help="Most messages in one request (default 1024)."),
-    ] = None,
-    max_queue: Annotated[
-        str | None,
-        typer.Option(
-            "--max-queue", help="Most requests waiting behind the running one (default 16); 429."
-        ),
-    ] = None,
-    max_reply_tokens: Annotated[
-        str | None,
-        typer.Option("--max-reply-tokens", help="Highest max_tokens a request may ask (4096)."),
-    ] = None,
-    api_cache_budget: Annotated[
-        str | None,
-        typer.Option(
-            "--api-cache-budget",
-            help="Disk the stored conversations may take (default 2GiB; 0 = no limit); least "
-            "recently used go first.",
-        ),
-    ] = None,
+    host: Host = "127.0.0.1",
+    port: Port = 8080,
+    api_key: ApiKey = None,
+    system: System = None,
+    allow_origin: AllowOrigin = None,
+    max_body_size: MaxBodySize = None,
+    max_messages: MaxMessages = None,
+    max_queue: MaxQueue = None,
+    max_reply_tokens: MaxReplyTokens = None,
+    api_cache_budget: ApiCacheBudget = None,
     model: opt.Model = None,
     gpu_layers: opt.GpuLayers = None,
     threads: opt.Threads = None,
@@ -188,36 +200,43 @@ def serve(
     Example: cascade serve --port 8080 --api-key KEY
 
     See docs/commands.md."""
-    cfg = settings(
-        opt.flags(
-            model=model,
-            gpu_layers=gpu_layers,
-            threads=threads,
-            gpu_cache_size=gpu_cache_size,
-            memory_cache_size=memory_cache_size,
-            disk_cache_path=disk_cache_path,
-            disk_cache_budget=disk_cache_budget,
-            block_size=block_size,
-            compression=compression,
-            flash_attn=flash_attn,
-            recall=recall,
-            rerank=rerank,
-            think=think,
-            embed_model=embed_model,
-            repeat_guard=repeat_guard,
-            allow_origins=allow_origin or None,
-            max_body_size=max_body_size,
-            max_messages=max_messages,
-            max_queue=max_queue,
-            max_reply_tokens=max_reply_tokens,
-            api_cache_budget=api_cache_budget,
-            remote_cache_url=remote,
-        )
+    flags = opt.flags(
+        model=model,
+        gpu_layers=gpu_layers,
+        threads=threads,
+        gpu_cache_size=gpu_cache_size,
+        memory_cache_size=memory_cache_size,
+        disk_cache_path=disk_cache_path,
+        disk_cache_budget=disk_cache_budget,
+        block_size=block_size,
+        compression=compression,
+        flash_attn=flash_attn,
+        recall=recall,
+        rerank=rerank,
+        think=think,
+        embed_model=embed_model,
+        repeat_guard=repeat_guard,
     )
+    # the server's own flags, then --remote (in the order they are checked)
+    flags |= opt.flags(allow_origins=allow_origin or None, max_body_size=max_body_size)
+    flags |= opt.flags(max_messages=max_messages, max_queue=max_queue)
+    flags |= opt.flags(max_reply_tokens=max_reply_tokens, api_cache_budget=api_cache_budget)
+    flags |= opt.flags(remote_cache_url=remote)
+    _serve(settings(flags), host, port, api_key, system)
+
+
+def _api_key(api_key: str | None) -> str | None:
+    """The --api-key stripped (a key pasted with a newline or spaces still matches)."""
     if api_key is not None:
-        api_key = api_key.strip()  # a key pasted with a newline or spaces still matches
+        api_key = api_key.strip()
         if not api_key:
             raise ConfigError("--api-key is empty", "Give a key, or leave the flag out.")
+    return api_key
+
+
+def _serve(cfg: Settings, host: str, port: int, api_key: str | None, system: str | None) -> None:
+    """Load the model on a worker thread and serve on host:port until Ctrl-C or SIGTERM."""
+    api_key = _api_key(api_key)
     import uvicorn
 
     from cascade_cli.server import Worker, create_app
@@ -245,14 +264,7 @@ def serve(
             timeout_graceful_shutdown=GRACE_S,
             lifespan="off",
         )
-        api = app.state.api
-
-        class Server(uvicorn.Server):
-            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-                api.stop_all()  # open replies end now (normally; a prompt mid-decode: 503)
-                await super().shutdown(sockets)
-
-        server = Server(config)
+        server = _server(config, app.state.api)
         url = _url(sock)
         ready = (
             f"cascade serve: {url}/v1 · model {cfg.model} · window {cfg.gpu_cache_size} "
@@ -265,3 +277,15 @@ def serve(
         sock.close()
         worker.stop()
     err.print("[dim](server stopped; store flushed)[/dim]")
+
+
+def _server(config: Any, api: Any) -> Any:
+    """A uvicorn server whose shutdown first ends the open replies."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            api.stop_all()  # open replies end now (normally; a prompt mid-decode: 503)
+            await super().shutdown(sockets)
+
+    return Server(config)
