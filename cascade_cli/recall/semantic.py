@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from cascade_cli.recall import index, vectors
+from cascade_cli.recall import index, stackfile, vectors
 from cascade_cli.recall.context import in_context, top
 from cascade_cli.recall.lexical import PassageHit
+from cascade_cli.store.address import address
 
 F32 = npt.NDArray[np.float32]
 IDS = npt.NDArray[np.int32]
@@ -57,9 +61,9 @@ class Stack:
         extra = 0 if self.proj is None else self.proj.nbytes
         return int(self.mat.nbytes + self.ids.nbytes + self.group.nbytes + extra)
 
-    def rows(self, i: int) -> tuple[IDS, F32]:
+    def rows(self, i: int) -> tuple[IDS, npt.NDArray[np.floating[Any]]]:
         a, b = int(self.starts[i]), int(self.starts[i + 1])
-        return self.ids[a:b], self.mat[a:b].astype(np.float32, copy=False)
+        return self.ids[a:b], self.mat[a:b]
 
     def candidates(self, qvec: F32) -> npt.NDArray[np.int64]:
         """The rows a search scores whole, in row order: the CANDIDATES best on the principal
@@ -76,28 +80,57 @@ def _stack(
     owners: tuple[str, ...],
     versions: tuple[tuple[str, int] | None, ...],
     seen: int,
-    parts: Sequence[tuple[IDS, F32]],
+    parts: Sequence[tuple[IDS, npt.NDArray[np.floating[Any]]]],
 ) -> Stack:
+    """The stack of `parts` (each owner's ids and vectors, f16 or f32 holding f16 values)."""
     sizes = [len(ids) for ids, _ in parts]
     dim = next((m.shape[1] for _, m in parts if len(m)), 0)
     starts = np.zeros(len(parts) + 1, dtype=np.int64)
     starts[1:] = np.cumsum(sizes)
     full = [(i, m) for i, m in parts if len(i)]
     ids = np.concatenate([i for i, _ in full]) if full else np.zeros((0, 2), np.int32)
-    mat = np.concatenate([m for _, m in full]) if full else np.zeros((0, dim), np.float32)
+    mat = (
+        np.concatenate([m for _, m in full], dtype=np.float16)  # as stored: nothing lost
+        if full
+        else np.zeros((0, dim), np.float16)
+    )
     group = np.repeat(np.arange(len(parts), dtype=np.int32), sizes)
     if len(ids) <= SCAN_ALL:
-        return Stack(owners, versions, seen, starts, group, ids, mat.astype(np.float32, copy=False))
-    vecs32 = mat.astype(np.float32, copy=False)
-    sample = vecs32[:: max(1, len(vecs32) // 20_000)]
+        return Stack(owners, versions, seen, starts, group, ids, mat.astype(np.float32))
+    sample = mat[:: max(1, len(mat) // 20_000)].astype(np.float32)
     centre = sample.mean(axis=0)
     _, axes = np.linalg.eigh(np.cov(sample - centre, rowvar=False))
     basis = np.ascontiguousarray(axes[:, ::-1][:, : min(DIMS, axes.shape[1])], dtype=np.float32)
-    proj = np.empty((len(vecs32), basis.shape[1]), dtype=np.float32)
-    for a in range(0, len(vecs32), 65536):  # without a second f32 copy of the stack
-        proj[a : a + 65536] = (vecs32[a : a + 65536] - centre) @ basis
-    half = vecs32.astype(np.float16)
-    return Stack(owners, versions, seen, starts, group, ids, half, basis, centre, proj)
+    proj = np.empty((len(mat), basis.shape[1]), dtype=np.float32)
+    for a in range(0, len(mat), 65536):  # a block at a time: no f32 copy of the stack
+        proj[a : a + 65536] = (mat[a : a + 65536].astype(np.float32) - centre) @ basis
+    return Stack(owners, versions, seen, starts, group, ids, mat, basis, centre, proj)
+
+
+#: The arrays of a stack its file keeps.
+_SAVED = ("starts", "group", "ids", "mat", "basis", "centre", "proj")
+
+
+def _save(path: Path, stack: Stack) -> None:
+    meta = {
+        "owners": list(stack.owners),
+        "versions": [list(v) if v else None for v in stack.versions],
+    }
+    with contextlib.suppress(OSError):  # a read-only store, a full disk: made again next time
+        stackfile.save(path, meta, {k: getattr(stack, k) for k in _SAVED})
+
+
+def _load(
+    path: Path, owners: tuple[str, ...], versions: tuple[tuple[str, int] | None, ...], seen: int
+) -> Stack | None:
+    found = stackfile.load(path)
+    if found is None:
+        return None
+    meta, arrays = found
+    kept = tuple(tuple(v) if v else None for v in meta.get("versions", []))
+    if tuple(meta.get("owners", [])) != owners or kept != versions:
+        return None
+    return Stack(owners, versions, seen, **{k: arrays[k] for k in _SAVED})
 
 
 class VectorCache:
@@ -106,10 +139,12 @@ class VectorCache:
     made again: its uid differs) — only that owner's rows are read again; the most recently
     used stacks stay within `budget` bytes (the newest always)."""
 
-    def __init__(self, budget: int = BUDGET) -> None:
+    def __init__(self, budget: int = BUDGET, home: Path | None = None) -> None:
         self._stacks: OrderedDict[tuple[str, ...], Stack] = OrderedDict()
         self._lock = threading.Lock()
         self.budget = budget
+        #: where stacks over SCAN_ALL passages are kept between processes (recall.stackfile)
+        self.home = home
 
     def get(self, conn: sqlite3.Connection, owners: Sequence[str]) -> Stack:
         key = tuple(owners)
@@ -127,32 +162,42 @@ class VectorCache:
                 self._stacks[key] = old
                 return old
             kept = self._kept(versions, key, old)
-        missing = [o for o, v in zip(key, versions, strict=True) if v is not None and o not in kept]
-        loaded = vectors.vectors(conn, missing) if missing else {}
-        empty = (np.zeros((0, 2), np.int32), np.zeros((0, 0), np.float32))
-        parts = []
-        for o in key:
-            if o in kept:
-                parts.append(kept[o])
-            else:
-                ids, vecs = loaded.get(o, empty)
-                parts.append((ids, vecs.astype(np.float32)))
-        stack = _stack(key, versions, seen, parts)
+        path = None if self.home is None else self.home / f"{address(*key)[:32]}.stack"
+        stack = _load(path, key, versions, seen) if path is not None and not kept else None
+        if stack is None:
+            stack = self._build(conn, key, versions, seen, kept)
+            if path is not None and stack.proj is not None:
+                _save(path, stack)
         with self._lock:
             self._stacks[key] = stack
             while len(self._stacks) > 1 and self._bytes() > self.budget:
                 self._stacks.popitem(last=False)
         return stack
 
+    def _build(
+        self,
+        conn: sqlite3.Connection,
+        key: tuple[str, ...],
+        versions: tuple[tuple[str, int] | None, ...],
+        seen: int,
+        kept: Mapping[str, tuple[IDS, npt.NDArray[np.floating[Any]]]],
+    ) -> Stack:
+        """The stack of `key`: the rows `kept` holds, the others read from the index."""
+        missing = [o for o, v in zip(key, versions, strict=True) if v is not None and o not in kept]
+        loaded = vectors.vectors(conn, missing) if missing else {}
+        empty = (np.zeros((0, 2), np.int32), np.zeros((0, 0), np.float16))
+        parts = [kept[o] if o in kept else loaded.get(o, empty) for o in key]
+        return _stack(key, versions, seen, parts)
+
     def _kept(
         self,
         versions: tuple[tuple[str, int] | None, ...],
         owners: tuple[str, ...],
         old: Stack | None,
-    ) -> dict[str, tuple[IDS, F32]]:
+    ) -> dict[str, tuple[IDS, npt.NDArray[np.floating[Any]]]]:
         """Rows of `owners` some cached stack holds at the wanted version."""
         want = dict(zip(owners, versions, strict=True))
-        out: dict[str, tuple[IDS, F32]] = {}
+        out: dict[str, tuple[IDS, npt.NDArray[np.floating[Any]]]] = {}
         for stack in [*([old] if old is not None else []), *reversed(self._stacks.values())]:
             for i, o in enumerate(stack.owners):
                 if o not in out and want.get(o) is not None and stack.versions[i] == want[o]:

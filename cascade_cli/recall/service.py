@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -55,7 +56,7 @@ class Recall:
         #: the lexical search of a hybrid one, beside the semantic ranking
         self._beside = ThreadPoolExecutor(1, thread_name_prefix="cascade-lexical")
         self._corpora: tuple[tuple[str, ...], int, dict[int, str]] | None = None
-        self.cache = semantic.VectorCache()
+        self.cache = semantic.VectorCache(home=Path(self.disk.path) / "vectors")
         self.timings: dict[str, float] = {}
 
     # -- the embedding model -------------------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -64,16 +65,19 @@ def vectors(
 ) -> dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float16]]]:
     """Each owner's ((n, 2) chunk/passage ids, (n, dim) f16 vectors) of its embedded passages,
     in document order (owners with none are left out); one query for all of them."""
+    cids = corpora(conn, owners)
     rows = conn.execute(
-        "SELECT c.owner, p.chunk, p.pidx, p.vec FROM recall_corpora c JOIN recall_passages p"
-        " ON p.corpus = c.id WHERE c.owner IN (SELECT value FROM json_each(?))"
-        " AND p.vec IS NOT NULL ORDER BY c.id, p.chunk, p.pidx",
-        (owners_json(owners),),
+        "SELECT corpus, chunk, pidx, vec FROM recall_passages WHERE corpus IN"
+        " (SELECT value FROM json_each(?)) AND vec IS NOT NULL ORDER BY corpus, chunk, pidx",
+        (json.dumps(list(cids)),),
     ).fetchall()
-    out = {}
-    for owner, group in itertools.groupby(rows, key=lambda r: str(r[0])):
-        part = list(group)
-        ids = np.array([(c, i) for _, c, i, _ in part], dtype=np.int32)
-        vecs = np.frombuffer(b"".join(v for *_, v in part), dtype=np.float16)
-        out[owner] = (ids, vecs.reshape(len(part), -1))
-    return out
+    if not rows:
+        return {}
+    n = len(rows)
+    corpus = np.fromiter((r[0] for r in rows), np.int64, n)
+    ids = np.empty((n, 2), dtype=np.int32)
+    ids[:, 0] = np.fromiter((r[1] for r in rows), np.int32, n)
+    ids[:, 1] = np.fromiter((r[2] for r in rows), np.int32, n)
+    vecs = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float16).reshape(n, -1)
+    edges = [0, *(np.flatnonzero(np.diff(corpus)) + 1).tolist(), n]
+    return {cids[int(corpus[a])]: (ids[a:b], vecs[a:b]) for a, b in itertools.pairwise(edges)}
