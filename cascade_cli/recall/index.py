@@ -18,6 +18,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cascade_cli.recall.passages import Passage, split
 from cascade_cli.recall.scripts import searchable, unspaced
@@ -207,30 +208,25 @@ def generation(conn: sqlite3.Connection, owner: str) -> tuple[str, int] | None:
 
 def generations(conn: sqlite3.Connection, owners: Sequence[str]) -> dict[str, tuple[str, int]]:
     """(corpus uid, change count) of each of `owners` that has a corpus."""
-    rows = conn.execute(
-        "SELECT owner, uid, gen FROM recall_corpora WHERE owner IN"
-        " (SELECT value FROM json_each(?))",
-        (owners_json(owners),),
-    ).fetchall()
-    return {str(o): (str(u), int(g)) for o, u, g in rows}
+    return {str(o): (str(u), int(g)) for o, u, g in _of(conn, owners, "owner, uid, gen")}
 
 
 def corpora(conn: sqlite3.Connection, owners: Sequence[str]) -> dict[int, str]:
     """Corpus id → owner, for each of `owners` that has a corpus."""
-    rows = conn.execute(
-        "SELECT id, owner FROM recall_corpora WHERE owner IN (SELECT value FROM json_each(?))",
-        (owners_json(owners),),
-    ).fetchall()
-    return {int(c): str(o) for c, o in rows}
+    return {int(c): str(o) for c, o in _of(conn, owners, "id, owner")}
 
 
 def chunk_counts(conn: sqlite3.Connection, owners: Sequence[str]) -> dict[str, int]:
     """How many chunks of each of `owners` are indexed (one query for a whole collection)."""
-    rows = conn.execute(
-        "SELECT owner, chunks FROM recall_corpora WHERE owner IN (SELECT value FROM json_each(?))",
+    return {str(o): int(n) for o, n in _of(conn, owners, "owner, chunks")}
+
+
+def _of(conn: sqlite3.Connection, owners: Sequence[str], columns: str) -> list[tuple[Any, ...]]:
+    """`columns` of the corpora of `owners` (one query, however many)."""
+    return conn.execute(
+        f"SELECT {columns} FROM recall_corpora WHERE owner IN (SELECT value FROM json_each(?))",
         (owners_json(owners),),
     ).fetchall()
-    return {str(o): int(n) for o, n in rows}
 
 
 def corpus_id(conn: sqlite3.Connection, owner: str, create: bool = False) -> int | None:
