@@ -1,18 +1,20 @@
 """The same book as plain text, PDF and EPUB: do the answers quote the same evidence, and does
 each PDF page / EPUB chapter cited for the quote hold it?
 
-The books (bench/data, fetched by `python bench/fetch_text.py sensesensibility mansfieldpark prideprejudice`;
-no other benchmark uses them): chapters 1-5 of Jane Austen's *Sense and Sensibility* (`sense`,
-whose first run found two bugs, fixed since) and chapters 1-2 of *Mansfield Park*
-(`mansfield`, whose questions were written after those fixes and run once), and chapters 1-3
-of *Pride and Prejudice* (`pride`, whose questions were written after plain text's hard-wrapped
-paragraphs were joined — the fix Mansfield Park's run asked for — and run once). The PDF is
-typeset from Markdown by pandoc (ms) and groff (gropdf), the EPUB made by pandoc, as a
-publisher's tools would; the plain text is the file itself. Each book's questions and each
+The books (bench/data, fetched by `python bench/fetch_text.py sensesensibility mansfieldpark
+prideprejudice northangerabbey`): chapters 1-5 of Jane Austen's *Sense and Sensibility*
+(`sense`, whose first run found two bugs, fixed since); chapters 1-2 of *Mansfield Park*
+(`mansfield`, whose questions were written after those fixes and run once); chapters 1-3 of
+*Pride and Prejudice* (`pride`, whose questions were written after plain text's hard-wrapped
+paragraphs were joined — the fix Mansfield Park's run asked for — and run once); chapters 1-2
+of *Northanger Abbey* (`northanger`, the needle benchmark's haystack, whose questions were
+written after a PDF's typeset lines were joined too — found on Mansfield Park's PDF — and run
+once). The PDF is typeset from Markdown by pandoc (ms) and groff (gropdf), the EPUB made by
+pandoc, as a publisher's tools would; the plain text is the file itself. Each book's questions and each
 answer's evidence were written before any answer was looked at. Every command is a real CLI
 process.
 
-    python bench/formats.py [--book sense|mansfield|pride] [--model PATH] [--threads 2]
+    python bench/formats.py [--book sense|mansfield|pride|northanger] [--model PATH] [--threads 2]
 """
 
 from __future__ import annotations
@@ -74,11 +76,24 @@ PRIDE = [
     ("In which county was Mr. Darcy's large estate?", "large estate in Derbyshire"),
     ("What did Mr. Darcy say of Elizabeth when he looked at her?", "tolerable, but not handsome enough"),
 ]  # fmt: skip
+NORTHANGER = [
+    ("What was the first name of Catherine Morland's father?", "his name was Richard"),
+    ("How many children did the Morlands have?", "family of ten children"),
+    ("Which game did Catherine prefer to dolls?", "greatly preferred cricket"),
+    ("At what age did Catherine begin to learn music?", "at eight years old she began"),
+    ("Which poem did Catherine's mother take three months to teach her?", "Beggar's Petition"),
+    ("In which county was the village of Fullerton?", "village in Wiltshire"),
+    ("Why was Mr. Allen ordered to Bath?", "benefit of a gouty constitution"),
+    ("How much money did Catherine's father give her for the journey?", "only ten guineas"),
+    ("In which street were the Allens' lodgings in Bath?", "lodgings in Pulteney Street"),
+    ("What did Mrs. Allen fear she had left behind at an inn?", "her clogs behind her"),
+]  # fmt: skip
 #: book: (text file, chapters, questions, title)
 BOOKS = {
     "sense": ("sensesensibility.txt", 5, SENSE, "Sense and Sensibility"),
     "mansfield": ("mansfieldpark.txt", 2, MANSFIELD, "Mansfield Park"),
     "pride": ("prideprejudice.txt", 3, PRIDE, "Pride and Prejudice"),
+    "northanger": ("northangerabbey.txt", 2, NORTHANGER, "Northanger Abbey"),
 }
 
 

@@ -8,12 +8,12 @@ failure is an InputError naming the file and the problem, with a fix.
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
 
 from cascade_cli.documents.base import HEADING, Extracted, Limits, Mark, label
 from cascade_cli.documents.reading import head, read_text
+from cascade_cli.documents.wrap import unwrap
 from cascade_cli.errors import InputError
 
 MARKDOWN = {".md", ".markdown", ".mdown", ".mkd", ".mkdn", ".rmd"}
@@ -151,38 +151,3 @@ def extract(path: Path, encoding: str = "utf-8", limits: Limits | None = None) -
         return Extracted(text, kind, sha, marks, lines=True)
     lines = Extracted(text, kind, sha, lines=True).line_starts()
     return Extracted(unwrap(text), kind, sha, marks, lines=True, starts=lines)
-
-
-#: A hard-wrapped text: its longest lines (the 90th percentile) are WRAP characters wide, and
-#: at least half its lines reach FULL of that width.
-WRAP = (40, 100)
-FULL = 0.6
-#: A line that starts like this keeps its break (a list item, an indented line).
-_KEEPS = re.compile(r"\s|[-*•+]\s|\d+[.)]\s|[A-Za-z][.)]\s")
-
-
-def unwrap(text: str) -> str:
-    """A hard-wrapped plain text (as Project Gutenberg's, wrapped at ~70 columns) with each
-    paragraph's lines joined by spaces, so it reads, tokenizes and chunks as the same book's
-    PDF or EPUB does; one character for one (a line break becomes a space: offsets, and so
-    line numbers, stay). A break stays after a line shorter than FULL of the width (verse, an
-    address, a paragraph's end) and before a blank, indented or list line. Not hard-wrapped:
-    the text as it is."""
-    lines = text.split("\n")
-    widths = sorted(len(ln.rstrip()) for ln in lines if ln.strip())
-    if len(widths) < 20:
-        return text
-    width = widths[int(0.9 * (len(widths) - 1))]
-    full = FULL * width
-    if not WRAP[0] <= width <= WRAP[1] or sum(w >= full for w in widths) < len(widths) / 2:
-        return text
-    out = list(text)
-    at = 0
-    for line, nxt in itertools.pairwise(lines):
-        at += len(line)  # the break after `line`
-        if len(line.rstrip()) >= full and nxt.strip() and not _KEEPS.match(nxt):
-            out[at] = " "
-            if line.endswith("\r"):
-                out[at - 1] = " "
-        at += 1
-    return "".join(out)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from cascade_cli.documents.base import PAGE, Builder, Extracted, Limits
 from cascade_cli.documents.reading import open_file
+from cascade_cli.documents.wrap import unwrap
 from cascade_cli.errors import InputError
 
 #: The directory cascade_cli is imported from: the child imports the same code.
@@ -161,4 +162,5 @@ def extract_pdf(path: Path, limits: Limits) -> Extracted:
     if blank:
         shown = ", ".join(map(str, blank[:10])) + (" …" if len(blank) > 10 else "")
         notes.append(f"{len(blank)} of {len(pages)} pages have no text (scanned?): {shown}")
-    return Extracted(b.text(), "pdf", sha.hexdigest(), b.marks, notes=notes)
+    # typeset lines are layout, not text: joined, as a plain text's hard wraps are
+    return Extracted(unwrap(b.text()), "pdf", sha.hexdigest(), b.marks, notes=notes)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cascade_cli.documents import HEADING, Limits, extract, where
-from cascade_cli.documents.formats import unwrap
+from cascade_cli.documents.wrap import unwrap
 from cascade_cli.errors import InputError
 from tests.documents.makers import austen, pdf_pages, write_zip
 

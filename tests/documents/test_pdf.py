@@ -66,6 +66,20 @@ def test_running_feet_go_and_a_sentence_runs_on_across_the_page(
             assert not ex.text[: m.start].endswith("\n\n"), ex.text[m.start - 80 : m.start + 20]
 
 
+def test_a_paragraphs_typeset_lines_are_joined(manual: tuple[Path, str]) -> None:
+    """A PDF's lines are the typesetter's, not the text's: a paragraph comes out as one line,
+    as the same book's plain text (documents.wrap) and EPUB do."""
+    pdf, text = manual
+    ex = extract(pdf)
+    paragraph = " ".join(text.split("\n\n")[3].split())  # a long one, wrapped in the PDF
+    found = " ".join(ex.text.split())
+    at = found.find(paragraph[:60].replace("'", "’"))
+    assert at >= 0
+    lines = [ln for ln in ex.text.split("\n") if ln.strip()]
+    assert max(map(len, lines)) > 2 * 100  # joined past a typeset line's width
+    assert sum(len(ln) > 200 for ln in lines) >= 3
+
+
 def test_the_page_named_for_a_passage_holds_it(manual: tuple[Path, str]) -> None:
     pdf, source = manual
     ex = extract(pdf)
