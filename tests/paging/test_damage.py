@@ -63,12 +63,14 @@ def test_recomputed_chunk_is_made_in_its_own_context(
     k0, v0 = kv_of(lib.disk.get(before.key))
     flip(file_of(lib, before.key))
     lib.ram.clear()
-    text = chunk_text(lib, doc.owner, idx)
-    question = " ".join(sorted(set(text.split()), key=len)[-6:])  # its rarest long words
+    words = [
+        sorted(set(chunk_text(lib, doc.owner, i).split()), key=len)[-3:] for i in (idx - 1, idx)
+    ]
+    question = " ".join(w for ws in words for w in ws)  # the longest words of both chunks
     result = AskResult(doc="c")
-    list(ask(ctx, lib, doc, question, result, window=WINDOW, max_tokens=4))
+    list(ask(ctx, lib, doc, question, result, window=WINDOW, max_tokens=4, order="document"))
     tiers = {c["index"]: c["tier"] for c in result.chunks}
-    assert tiers[idx] == "recomputed" and idx - 1 in tiers, tiers
+    assert tiers[idx] == "recomputed" and idx - 1 in tiers, tiers  # placed before it
     lib.pager.flush()
 
     after = lib.disk.meta(before.key)
