@@ -5,16 +5,12 @@ recall migration."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from cascade_cli.engine.embed import Embedder
 from cascade_cli.recall import Recall, index
 from cascade_cli.recall.passages import split
 from cascade_cli.recall.scripts import searchable, terms
-from cascade_cli.store import DiskStore
 from tests.recall.scripts_text import (
     JA_NEEDLE,
     JA_PARAGRAPHS,
@@ -25,22 +21,6 @@ from tests.recall.scripts_text import (
 )
 
 OWNER = "doc:1"
-
-
-class _Lib:
-    def __init__(self, disk: DiskStore, embed: Path | None) -> None:
-        self.disk = disk
-        self.embedder_factory = (lambda: Embedder(embed)) if embed else None
-
-
-@pytest.fixture()
-def recall(tmp_path: Path, embed_model_path: Path) -> Iterator[Recall]:
-    with DiskStore.open(tmp_path / "store", "recall-test") as disk:
-        r = Recall(_Lib(disk, embed_model_path))
-        try:
-            yield r
-        finally:
-            r.close()
 
 
 def test_terms_are_bigrams_of_unspaced_runs_and_words_elsewhere() -> None:
