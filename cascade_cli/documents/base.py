@@ -66,7 +66,7 @@ class Extracted:
     #: things worth telling the user (e.g. pages without a text layer), one line each
     notes: list[str] = field(default_factory=list)
     #: the file's line starts, where the text's line breaks are not all the file's (a
-    #: hard-wrapped paragraph joined into one line: documents.formats.unwrap)
+    #: hard-wrapped paragraph joined into one line: documents.wrap.unwrap)
     starts: list[int] | None = None
 
     def line_starts(self) -> list[int]:
@@ -74,17 +74,20 @@ class Extracted:
         unless the format has meaningful lines."""
         if not self.lines:
             return []
-        if self.starts is not None:
-            return list(self.starts)
-        starts = [0]
-        find = self.text.find
-        at = find("\n")
-        while at >= 0:
-            starts.append(at + 1)
-            at = find("\n", at + 1)
-        if starts[-1] == len(self.text) and len(starts) > 1:
-            starts.pop()  # the newline that ends the last line begins no line
-        return starts
+        return list(self.starts) if self.starts is not None else line_starts(self.text)
+
+
+def line_starts(text: str) -> list[int]:
+    """The character offset where each line of `text` begins (line 1 at index 0)."""
+    starts = [0]
+    find = text.find
+    at = find("\n")
+    while at >= 0:
+        starts.append(at + 1)
+        at = find("\n", at + 1)
+    if starts[-1] == len(text) and len(starts) > 1:
+        starts.pop()  # the newline that ends the last line begins no line
+    return starts
 
 
 def label(text: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cascade_cli.documents.base import HEADING, Extracted, Limits, Mark, label
+from cascade_cli.documents.base import HEADING, Extracted, Limits, Mark, label, line_starts
 from cascade_cli.documents.reading import head, read_text
 from cascade_cli.documents.wrap import unwrap
 from cascade_cli.errors import InputError
@@ -149,5 +149,4 @@ def extract(path: Path, encoding: str = "utf-8", limits: Limits | None = None) -
     marks = {"markdown": markdown_marks, "text": text_marks}.get(kind, lambda _: [])(text)
     if kind != "text":
         return Extracted(text, kind, sha, marks, lines=True)
-    lines = Extracted(text, kind, sha, lines=True).line_starts()
-    return Extracted(unwrap(text), kind, sha, marks, lines=True, starts=lines)
+    return Extracted(unwrap(text), kind, sha, marks, lines=True, starts=line_starts(text))
