@@ -242,11 +242,13 @@ def rank(
         rows = st.candidates(qvec)
         group, ids, mat = st.group[rows], st.ids[rows], st.mat[rows].astype(np.float32)
         scores = in_context(ids, mat @ qvec, group, rows)
-    keep = np.ones(len(ids), dtype=bool)
-    where = {o: i for i, o in enumerate(st.owners)}
-    for o, allowed in (scope or {}).items():
-        if o in where:
-            mine = np.flatnonzero(group == where[o])
-            keep[mine] = np.fromiter((int(c) in allowed for c in ids[mine, 0]), bool, len(mine))
-    kept = np.flatnonzero(keep)
-    return top(st.owners, group[kept], ids[kept], scores[kept], limit)
+    if scope:  # an owner in scope answers only with the chunks it lists
+        keep = np.ones(len(ids), dtype=bool)
+        where = {o: i for i, o in enumerate(st.owners)}
+        for o, allowed in scope.items():
+            if o in where:
+                mine = np.flatnonzero(group == where[o])
+                keep[mine] = np.fromiter((int(c) in allowed for c in ids[mine, 0]), bool, len(mine))
+        kept = np.flatnonzero(keep)
+        group, ids, scores = group[kept], ids[kept], scores[kept]
+    return top(st.owners, group, ids, scores, limit)
