@@ -35,9 +35,9 @@ from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.ask import AskResult, ask  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.store import DiskStore  # noqa: E402
+from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
 
 def flat(text: str) -> str:

@@ -39,8 +39,9 @@ from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.window import SCRATCH_SEQ  # noqa: E402
 from cascade_cli.registry import resolve_model  # noqa: E402
-from cascade_cli.session import pages as pages_mod  # noqa: E402
 from cascade_cli.session.chat import ChatSession  # noqa: E402
+from cascade_cli.window import pages as pages_mod  # noqa: E402
+from cascade_cli.window.page import Placed  # noqa: E402
 
 PROBES: list[tuple[float, float]] = []
 
@@ -63,7 +64,7 @@ def instrument() -> None:
         stash: bool | None = None,
         stop: Any = None,
         counted: bool = True,
-    ) -> pages_mod.Placed:
+    ) -> Placed:
         done = original(self, target, room, stash, stop, counted)
         shifted = _probe(self.ctx)
         PROBES.append((shifted, _probe(self.ctx)))

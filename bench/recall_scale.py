@@ -45,13 +45,14 @@ from cascade_cli.documents.tree import walk  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
 from cascade_cli.paging import catalog, collection, locations  # noqa: E402
-from cascade_cli.paging.ask import ensure_indexed, plan  # noqa: E402
 from cascade_cli.paging.ingest import chunks  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.paging.prompt import frame  # noqa: E402
+from cascade_cli.paging.reindex import ensure_indexed  # noqa: E402
 from cascade_cli.recall import index, vectors  # noqa: E402
 from cascade_cli.recall.passages import Passage, split  # noqa: E402
 from cascade_cli.recall.semantic import VectorCache  # noqa: E402
+from cascade_cli.window.ask import plan  # noqa: E402
 
 ROOTS = [Path("/usr/lib/python3"), Path("/usr/share/doc")]
 WORK = ROOT / "bench" / ".work" / "recall-scale"

@@ -41,8 +41,9 @@ def run(arch: str, tokens: int, block: int, repeats: int, work: Path) -> dict[st
     from cascade_cli.config import Settings
     from cascade_cli.engine import Context, Model
     from cascade_cli.paging.library import Library
-    from cascade_cli.session.pages import Page, Pages
     from cascade_cli.store import ChunkMeta
+    from cascade_cli.window.page import Page
+    from cascade_cli.window.pages import Pages
 
     path = write(work / f"tiny-{arch}.gguf", MODEL, arch)
     threads = int(os.environ.get("CASCADE_THREADS", "2"))
@@ -126,7 +127,7 @@ def main() -> None:
                   for r in rows],
             models=[MODEL, *(Path(tmp) / f"tiny-{r['model']}.gguf" for r in rows)],
             notes=f"A {args.tokens}-token window (a page per {args.block} tokens of Emma) laid out "
-            "by session.pages.Pages through paging/prefix.py on tiny random-weight GGUFs written "
+            "by session.pages.Pages through window/prefix.py on tiny random-weight GGUFs written "
             f"with tests/engine/tiny_gguf.py (64-dim, 2 layers, {MODEL.name}'s tokenizer). Cold: "
             "every page decoded; then a fresh window restoring the stored snapshot from the RAM "
             f"tier, and from disk (RAM emptied, q4 for the attention section). Medians of "

@@ -27,10 +27,10 @@ from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.ask import AskResult, ask  # noqa: E402
 from cascade_cli.paging.ingest import ingest  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
+from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
 MODEL = (
     Path(os.environ.get("CASCADE_TEST_HOME", ROOT / ".cascade-test"))

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1] / "cascade_cli"
 #: Packages, lowest first: each may import only those before it (and itself).
 LAYERS = [
     "cascade_cli", "errors", "documents", "store", "config", "embedding", "registry", "kv",
-    "engine", "recall", "paging", "session", "prompts", "server", "cli", "__main__",
+    "engine", "recall", "paging", "window", "session", "prompts", "server", "cli", "__main__",
 ]  # fmt: skip
 
 

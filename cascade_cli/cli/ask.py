@@ -18,10 +18,10 @@ from cascade_cli.config import Settings
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError, NotFoundError, check_name
 from cascade_cli.paging import collection, shared
-from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.catalog import Document
 from cascade_cli.paging.library import Library
 from cascade_cli.store.index import INDEX
+from cascade_cli.window.ask import AskResult, ask
 
 # `cascade ask`'s own options (those other commands share: cli/options.py)
 Doc = Annotated[str, typer.Argument(help="Ingested document or collection name, or a file's path.")]

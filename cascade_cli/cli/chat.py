@@ -94,7 +94,10 @@ def _stats(session: ChatSession) -> None:
         )
     )
     if last.scored:  # `--rerank llm`: the note's candidates, by the generator's score
-        scores = (f"{label} {score:.3f}{' (quoted)' * q}" for label, score, q in last.scored)
+        scores = (
+            f"{label} {'-' if score is None else f'{score:.3f}'}{' (quoted)' * q}"
+            for label, score, q in last.scored
+        )
         out.print(shown("rerank: " + " · ".join(scores)))
 
 

@@ -21,10 +21,10 @@ from cascade_cli.documents.tree import Walk
 from cascade_cli.engine import Context
 from cascade_cli.errors import CascadeError, InputError, NotFoundError
 from cascade_cli.paging import catalog
-from cascade_cli.paging.ask import Notice, quiet
 from cascade_cli.paging.ingest import Progress, ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.reindex import Notice, quiet
 from cascade_cli.registry import sha256_file
 from cascade_cli.store import DiskStore, register_migrations
 from cascade_cli.store.schema import has_table

@@ -21,9 +21,9 @@ from cascade_cli.documents import Extracted, extract
 from cascade_cli.engine import Context
 from cascade_cli.errors import InputError
 from cascade_cli.paging import catalog, locations
-from cascade_cli.paging.ask import Notice, ensure_indexed, quiet
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.prompt import frame
+from cascade_cli.paging.reindex import Notice, ensure_indexed, quiet
 from cascade_cli.paging.sliding import SlidingWriter
 from cascade_cli.store import ChunkMeta
 from cascade_cli.store.files import crash_point

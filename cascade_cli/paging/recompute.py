@@ -46,7 +46,7 @@ def recompute(
     win = Window(ctx, doc.window)
     try:
         place_sink(lib, win, prefix, doc.scheme)
-        # a recurrent model's chunk was decoded after the sink alone (paging.prefix)
+        # a recurrent model's chunk was decoded after the sink alone (window.prefix)
         before = 0 if win.recurrent else window_before(doc, len(prefix), meta.index)
         for j in range(meta.index - before, meta.index):
             try:

@@ -68,7 +68,7 @@ def place_sink(lib: Library, win: Window, prefix: Sequence[int], scheme: str) ->
         warm = key in lib.ram
         try:
             state = lib.pager.get(key)
-            if win.recurrent:  # a whole-state snapshot of the prefix (paging.prefix)
+            if win.recurrent:  # a whole-state snapshot of the prefix (window.prefix)
                 win.restore(state, prefix)
             else:
                 win.place(state)

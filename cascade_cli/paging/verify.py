@@ -87,7 +87,7 @@ class Report:
 
 def payload_problem(meta: ChunkMeta, payload: bytes) -> str | None:
     """Whether the bytes are a cascade KV payload of this row's chunk. A recurrent or hybrid
-    model's state is a snapshot of the whole prefix [0, pos + tokens) (paging.prefix)."""
+    model's state is a snapshot of the whole prefix [0, pos + tokens) (window.prefix)."""
     try:
         whole = kv.layout_of(payload) in ("recurrent", "hybrid")
         if whole and kv.layout_of(payload) == "recurrent":

@@ -16,9 +16,10 @@ from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import Turn
 from cascade_cli.prompts import cache, catalog
 from cascade_cli.prompts.render import Block
-from cascade_cli.session.pages import Page, Pages
 from cascade_cli.store import ChunkMeta
 from cascade_cli.store.address import address
+from cascade_cli.window.page import Page
+from cascade_cli.window.pages import Pages
 
 log = logging.getLogger("cascade_cli.prompts.service")
 

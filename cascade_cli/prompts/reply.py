@@ -23,8 +23,8 @@ from cascade_cli.prompts.blocks import Blocks
 from cascade_cli.prompts.render import Block, finished_turn
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Params, Reply, Result, Stop
-from cascade_cli.session.pages import Pages
-from cascade_cli.session.template import Template
+from cascade_cli.window.pages import Pages
+from cascade_cli.window.template import Template
 
 log = logging.getLogger("cascade_cli.prompts.service")
 

@@ -5,7 +5,7 @@ holds stay (window hits), blocks the RAM or disk tier holds are restored at thei
 and only the rest — new blocks and the open end of the prompt — is decoded: across requests,
 across conversations (a shared system prompt) and across restarts, since the blocks live in the
 chunk store. A conversation longer than the window is laid out by the planner exactly as `cascade chat` lays
-out a session (session/layout.py over paging/plan.py): the system prompt, the strongest recalled
+out a session (window/layout.py over paging/plan.py): the system prompt, the strongest recalled
 older turns in a kept share of the window, then the newest turns; older blocks never seen before
 are paged through (stored and indexed) by the same routine chat uses for a long message. After the reply, the finished turn is stored as the next
 request will render it (the reply's text re-tokenized), so the follow-up finds all of it.
@@ -35,9 +35,10 @@ from cascade_cli.prompts.render import (
 )
 from cascade_cli.prompts.reply import Replier, Run
 from cascade_cli.prompts.types import Message, Params, Reply, Stop, never
-from cascade_cli.session.layout import lay_out
-from cascade_cli.session.pages import Page, Pages
-from cascade_cli.session.template import template
+from cascade_cli.window.layout import lay_out
+from cascade_cli.window.page import Page
+from cascade_cli.window.pages import Pages
+from cascade_cli.window.template import template
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class PromptService(Replier):
         question: str,
         opened: int,
     ) -> None:
-        """Lay the conversation out with the planner (session/layout.py): while it fits, all of
+        """Lay the conversation out with the planner (window/layout.py): while it fits, all of
         it; else older blocks never seen are paged through (stored and indexed), the strongest
         recalled and the best passages quoted before the new message. A new message that does
         not fit its share of the window is refused (400 context_length_exceeded), never cut."""

@@ -23,10 +23,10 @@ from cascade_cli.paging import locations
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Chunk
-from cascade_cli.session.layout import lay_out
 from cascade_cli.session.manage import remove
 from cascade_cli.session.restore import drop_unfinished, index_missing, open_window
 from cascade_cli.session.state import SessionState
+from cascade_cli.window.layout import lay_out
 
 __all__ = ["ChatSession", "TurnStats"]
 
@@ -44,8 +44,8 @@ class TurnStats:
     gen_tokens: int = 0
     tokens_per_s: float = 0.0
     recalled: list[str] = field(default_factory=list)
-    #: the rerank's candidates (label, score, quoted), when it scored any
-    scored: list[tuple[str, float, bool]] = field(default_factory=list)
+    #: the rerank's candidates (label, score, quoted); score None: the only one, not scored
+    scored: list[tuple[str, float | None, bool]] = field(default_factory=list)
     paged_out: int = 0
     paged_in: int = 0
     #: the documents' chunks laid out for the reply and those quoted, as (owner, chunk)

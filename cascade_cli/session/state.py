@@ -23,9 +23,10 @@ from cascade_cli.paging.plan import Turn, block_for, reserve
 from cascade_cli.recall import Recall
 from cascade_cli.session import catalog
 from cascade_cli.session.catalog import Session
-from cascade_cli.session.pages import Page, Pages, Placed
-from cascade_cli.session.template import template
 from cascade_cli.store import ChunkMeta
+from cascade_cli.window.page import Page, Placed
+from cascade_cli.window.pages import Pages
+from cascade_cli.window.template import template
 
 
 def defaults(cfg: Settings) -> dict[str, Any]:

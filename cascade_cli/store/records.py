@@ -10,7 +10,7 @@ import numpy as np
 
 from cascade_cli.store.schema import FORMAT_VERSION
 
-#: Owner prefix of prefix snapshots (paging.prefix): ``snap:<owner>``, removed with the owner.
+#: Owner prefix of prefix snapshots (window.prefix): ``snap:<owner>``, removed with the owner.
 SNAP = "snap:"
 
 

@@ -292,7 +292,8 @@ def test_stats_after_ingest_and_asks(home: Path, tmp_path: Path) -> None:
         assert cur["disk"]["hits"] >= prev["disk"]["hits"] + n  # + the sink, when stored
         assert cur["disk"]["bytes_read"] > prev["disk"]["bytes_read"]
         assert cur["ram"]["bytes_written"] > prev["ram"]["bytes_written"]
-        assert cur["window"]["misses"] == prev["window"]["misses"] + n
+        # every page placed missed the window: the chunks and the sink (as in chat and serve)
+        assert cur["window"]["misses"] == prev["window"]["misses"] + n + 1
         assert cur["disk"]["bytes_written"] == prev["disk"]["bytes_written"]
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from cascade_cli.config import Settings
 from cascade_cli.engine import Context
 from cascade_cli.paging import catalog
-from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
+from cascade_cli.window.ask import AskResult, ask
 from tests.paging.helpers import (
     BLOCK,
     WINDOW,

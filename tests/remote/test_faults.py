@@ -12,11 +12,11 @@ from cascade_cli.config import Settings
 from cascade_cli.engine import Context
 from cascade_cli.errors import StoreError
 from cascade_cli.paging import shared
-from cascade_cli.paging.ask import AskResult, ask
 from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.remote import record_of
 from cascade_cli.store import snapshot
+from cascade_cli.window.ask import AskResult, ask
 from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, write_text
 from tests.remote.conftest import Clock
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc

@@ -17,8 +17,8 @@ from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.session import catalog
 from cascade_cli.session.chat import ChatSession
-from cascade_cli.session.template import template
 from cascade_cli.store.stats import snapshot
+from cascade_cli.window.template import template
 from tests.kl import kl
 from tests.paging.helpers import write_text
 

@@ -20,59 +20,19 @@ out again from the store.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from cascade_cli.engine import Context
 from cascade_cli.errors import Cancelled, ContextFullError, CorruptChunkError, NotFoundError
-from cascade_cli.paging import catalog, prefix
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.recompute import recompute
 from cascade_cli.paging.window import Window
-from cascade_cli.session.positions import adjacent, placement
-from cascade_cli.store import ChunkMeta
-
-
-@dataclass
-class Page:
-    """A chunk that can sit in the window: its store key, token ids, and the record to save
-    it under when it has to be recomputed (None: never saved from here, e.g. a document's)."""
-
-    key: str
-    tokens: list[int] = field(repr=False)
-    meta: ChunkMeta | None = field(default=None, repr=False)
-    transient: bool = False  # made afresh wherever it is placed, never kept (a quote)
-    #: (page key, offset, to, n): tokens[to : to + n] are that page's tokens[offset : offset + n],
-    #: whose cells the window copies (moved) while the page is placed, instead of decoding them
-    copy: tuple[str, int, int, int] | None = None
-    #: a transient page that may give way, when it is placed last, to another made for the
-    #: window as it then is (window, page starts, most tokens); session/layout's rerank
-    choose: Callable[[Window, Mapping[str, int], int], Page] | None = field(
-        default=None, repr=False, compare=False
-    )
-    #: the document this page is a chunk of: damaged, it is recomputed in its ingest context
-    doc: catalog.Document | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def n(self) -> int:
-        return len(self.tokens)
-
-
-@dataclass
-class Placed:
-    """What one layout change did."""
-
-    kept: int = 0
-    dropped: int = 0
-    moved: bool = False  # cells after a chunk moved (a K-shift follows)
-    tiers: Counter[str] = field(default_factory=Counter)  # ram / disk / recomputed
-    recomputed_tokens: int = 0
-    decoded: int = 0  # tokens decoded to place pages: recomputed ones, quotes and frames
-    seconds: float = 0.0
+from cascade_cli.window import prefix
+from cascade_cli.window.page import Page, Placed
+from cascade_cli.window.positions import adjacent, placement
 
 
 class _Damaged(Exception):
@@ -100,6 +60,9 @@ class Pages:
         self.at: dict[str, int] = {}
         self._fresh: dict[str, Any] = {}
         self._here: set[str] = set()
+        self._slim: set[str] = set()  # placed without their SWA section (_far)
+        self._seen: dict[str, str] = {}
+        self._warm: set[str] | None = None  # stored pages in RAM when the layout began
 
     @property
     def saving(self) -> bool:
@@ -125,6 +88,7 @@ class Pages:
         self.win.reset()
         self.layout = []
         self.at = {}
+        self._slim = set()
 
     def apply(
         self,
@@ -145,6 +109,8 @@ class Pages:
         t0 = time.perf_counter()
         self._fresh = {}  # recomputed states of this layout, by key
         self._here = set()  # damaged, but no ingest window fits: made at the end
+        self._seen = {}  # where each page first came from (a pass after a recompute: RAM)
+        self._warm = None
         try:
             while True:
                 try:
@@ -167,8 +133,8 @@ class Pages:
         if self.ctx.n_ctx < p.doc.window:
             self._here.add(p.key)
             return
-        meta = self.lib.disk.meta(p.key)
-        self._fresh[p.key] = recompute(self.ctx, self.lib, p.doc, meta, save=self.saving)
+        meta = self.lib.chunk_meta(p.doc, int(p.key.rpartition(":")[2]))  # disk or remote
+        self._fresh[p.key] = recompute(self.ctx, self.lib, p.doc, meta)  # saved where allowed
 
     def _apply(
         self,
@@ -199,11 +165,13 @@ class Pages:
         keep = [p for p in keep if p.key in kept]
         for p in reversed(self.layout):
             if p.key not in kept:
-                if (self.stash if stash is None else stash) and p.meta and not p.transient:
+                keep_ram = (self.stash if stash is None else stash) and p.key not in self._slim
+                if keep_ram and p.meta and not p.transient:
                     p0 = self.at[p.key]
                     self.lib.ram.put(p.key, self.win.save(p0, p0 + p.n))
                 self.win.drop(self.at[p.key], self.at[p.key] + p.n, slide=False)
                 del self.at[p.key]
+                self._slim.discard(p.key)
                 done.dropped += 1
         self.layout = keep
         self.win.truncate(self.end)  # nothing past the pages may stay
@@ -223,8 +191,12 @@ class Pages:
             self.win.end += delta
         done.moved = done.moved or bool(shifts)
         fresh = {k: v for k, v in at.items() if k not in kept}
-        warm = {k for k in fresh if k in self.lib.ram}  # before prefetching fills RAM
-        self.lib.pager.prefetch(list(fresh), fresh)
+        if self._warm is None:  # before prefetching fills RAM (a pass after a recompute too)
+            self._warm = {k for k in fresh if k in self.lib.ram}
+        warm = self._warm
+        self._slim |= self._far(target, at, fresh)
+        self.lib.pager.prefetch(list(fresh), fresh, self._slim)
+        done.by_key = dict.fromkeys(kept, "window")
         for i, p in enumerate(target):
             if p.key in fresh:
                 if stop is not None and stop():
@@ -233,6 +205,7 @@ class Pages:
                 if p.choose is not None and i == len(target) - 1:
                     p = p.choose(self.win, self.at, self.win.limit - start - room)
                 tier = self._materialize(p, start, "ram" if p.key in warm else "disk")
+                tier = done.by_key[p.key] = self._seen.setdefault(p.key, tier)
                 if tier == "recomputed":
                     done.decoded += p.n
                 elif tier == "copied":
@@ -251,11 +224,26 @@ class Pages:
         done.seconds = time.perf_counter() - t0
         return done
 
+    def _far(
+        self, target: Sequence[Page], at: Mapping[str, int], fresh: Mapping[str, int]
+    ) -> set[str]:
+        """Keys of stored pages coming in whose every cell sits n_swa or more positions before
+        the layout's end, where decoding goes on: a sliding-window model's SWA layers never see
+        them, so only their full-attention section is restored (never stashed in RAM then)."""
+        if self.ctx.layout != "iswa" or not target:
+            return set()
+        end = max(at[p.key] + p.n for p in target)
+        n_swa = self.ctx.model.n_swa
+        return {
+            p.key for p in target
+            if p.key in fresh and not p.transient and fresh[p.key] + p.n <= end - n_swa
+        }  # fmt: skip
+
     def _prefill(
         self, target: Sequence[Page], stop: Callable[[], bool] | None, t0: float
     ) -> Placed:
         """A recurrent or hybrid model's layout: kept or restored prefix, the rest decoded
-        (paging.prefix)."""
+        (window.prefix)."""
         try:
             got = prefix.lay_out(self.win, self.lib, self.fingerprint, self.layout, target, stop)
         except BaseException:
@@ -268,6 +256,10 @@ class Pages:
             self.at[p.key] = pos
             pos += p.n
         done = Placed(kept=got.kept, decoded=got.decoded)
+        for i, p in enumerate(target):
+            done.by_key[p.key] = (
+                "window" if i < got.kept else got.tier if i < got.kept + got.restored else "prefill"
+            )
         if got.restored:
             done.tiers[got.tier] += got.restored
         stored = sum(1 for p in target[len(target) - got.prefilled :] if not p.transient)
@@ -314,7 +306,8 @@ class Pages:
             return "recomputed"
         if self.stored(p):
             try:
-                self.win.place(self.lib.pager.get(p.key, at=at), at=at, shift=False)
+                blob = self.lib.pager.get(p.key, at=at, slim=p.key in self._slim)
+                self.win.place(blob, at=at, shift=False)
                 self.lib.ram.pop(p.key)  # the window holds it now; RAM keeps what is not placed
                 return self.lib.pager.tier(p.key, tier == "ram")
             except (NotFoundError, CorruptChunkError):
@@ -327,7 +320,8 @@ class Pages:
                 self.lib.pager.origin(p.key)
                 return "remote"
             except (NotFoundError, CorruptChunkError):
-                pass
+                if p.doc is not None and p.key not in self._here:
+                    raise _Damaged(p) from None
         end = self.win.end
         self.win.append(p.tokens)
         blob = self.win.save(end, end + p.n)
@@ -384,7 +378,7 @@ class Pages:
     def append(self, page: Page, start: int) -> None:
         """Record a page whose tokens were just decoded at positions start.. (a new turn) and
         queue its state for saving (write-back). A recurrent model's window keeps a snapshot
-        of the whole state when the page ends it (paging.prefix)."""
+        of the whole state when the page ends it (window.prefix)."""
         if self.win.recurrent:
             self.layout.append(page)
             self.at[page.key] = start

@@ -17,7 +17,7 @@ from cascade_cli.paging.ingest import ingest
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.verify import check
 from cascade_cli.session.chat import ChatSession
-from cascade_cli.session.pages import Page
+from cascade_cli.window.page import Page
 from tests.paging.helpers import (
     NEEDLE,
     chunk_text,

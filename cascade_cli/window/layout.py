@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cascade_cli.engine import Model
 from cascade_cli.paging import catalog as docs
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import (
@@ -34,9 +35,9 @@ from cascade_cli.recall.focus import CUT, unmarked
 from cascade_cli.recall.passages import SPEAKER
 from cascade_cli.recall.rerank import token_span
 from cascade_cli.recall.select import Hit
-from cascade_cli.session.pages import Page
-from cascade_cli.session.template import Template
 from cascade_cli.store.address import address
+from cascade_cli.window.page import Page
+from cascade_cli.window.template import Template
 
 
 @dataclass
@@ -75,8 +76,33 @@ NOTE_ROLE = "system"
 COPY_QUOTE = True
 
 
+@dataclass(frozen=True)
+class NoteFrame:
+    """How a quote note is framed: its tokens up to a quoted line's first words (`lead`, given
+    those words), its closing tokens (`tail`), and the words that name a quote (`label`)."""
+
+    model: Model
+    lead: Callable[[str], list[int]]
+    tail: list[int]
+    label: Callable[[Quote], str]
+
+
+def conversation_note(tpl: Template) -> NoteFrame:
+    """A chat turn's and a served request's note: a system message (NOTE_ROLE) of lines
+    "From <document chunk or turn>: <passage>"."""
+    if NOTE_ROLE == "user":
+        head = tpl.special(tpl.user_open) + tpl.plain("Earlier in this conversation:\n")
+        tail = tpl.special(tpl.user_close)
+    else:
+        head, tail = tpl.special(tpl.sys_open), tpl.special(tpl.sys_close)
+    return NoteFrame(
+        tpl.model, lambda words: head + tpl.plain(words), tail,
+        lambda q: f"From {q.label}: " if q.label else "",
+    )  # fmt: skip
+
+
 def note(
-    tpl: Template,
+    nf: NoteFrame,
     quotes: Sequence[Quote],
     room: int = QUOTE_ROOM,
     source: Mapping[tuple[str, int], Page] | None = None,
@@ -89,33 +115,28 @@ def note(
     the window can copy its cells there (Page.copy) instead of decoding them."""
     if not quotes:
         return None
-    if NOTE_ROLE == "user":
-        head = tpl.special(tpl.user_open) + tpl.plain("Earlier in this conversation:\n")
-        tail = tpl.special(tpl.user_close)
-    else:
-        head, tail = tpl.special(tpl.sys_open), tpl.special(tpl.sys_close)
-    labels = [f"From {q.label}: " if q.label else "" for q in quotes]
+    model = nf.model
+    labels = [nf.label(q) for q in quotes]
     src = (source or {}).get((quotes[0].owner, quotes[0].chunk))
     if COPY_QUOTE and len(quotes) == 1 and src is not None:
         text, cut_start, cut_end = unmarked(quotes[0].text)
         said = SPEAKER.match(text)  # a turn's indexed text names its speaker; its tokens do not
-        span = token_span(tpl.model, src.tokens, text[said.end() if said else 0 :])
+        span = token_span(model, src.tokens, text[said.end() if said else 0 :])
         if span is not None:
             words = labels[0] + (f"{CUT} " if cut_start else "")
-            if tpl.model.token_bytes(src.tokens[span[0]])[:1].isspace():
+            if model.token_bytes(src.tokens[span[0]])[:1].isspace():
                 words = words.rstrip(" ")  # the quoted tokens bring their own space
-            lead = head + tpl.plain(words)
-            end = tpl.plain(f" {CUT}") if cut_end else []
+            lead = nf.lead(words)
+            end = model.tokenize(f" {CUT}", add_special=False) if cut_end else []
             a, b = span
-            b = min(b, a + room - len(lead) - len(end) - len(tail))
+            b = min(b, a + room - len(lead) - len(end) - len(nf.tail))
             if b > a:
-                tokens = lead + src.tokens[a:b] + end + tail
+                tokens = lead + src.tokens[a:b] + end + nf.tail
                 return Page(
                     _note_key(tokens), tokens, transient=True, copy=(src.key, a, len(lead), b - a)
                 )
     lines = [label + " ".join(q.text.split()) for label, q in zip(labels, quotes, strict=True)]
-    body = tpl.plain("\n".join(lines))[: max(0, room - len(head) - len(tail))]
-    tokens = head + body + tail
+    tokens = nf.lead("\n".join(lines))[: max(0, room - len(nf.tail))] + nf.tail
     return Page(_note_key(tokens), tokens, transient=True)
 
 
@@ -173,18 +194,19 @@ def lay_out(
             out.labels[key] = (labels or {}).get(key, key)
     done = [t for t in laid.kept if not t.current]
     out.pages += [by_key[t.key] for t in done]
-    quote = note(tpl, laid.quotes, laid.quote_room, source)
+    nf = conversation_note(tpl)
+    quote = note(nf, laid.quotes, laid.quote_room, source)
     if quote is not None:
         if lib.settings.rerank == "llm":
-            _rerank(lib, tpl, out, source, names, query, system.n, quote)
+            rerank_note(lib, nf, out, source, names, query, system.n, quote)
         out.pages.append(quote)
     out.pages += [by_key[t.key] for t in laid.kept if t.current]
     return out
 
 
-def _rerank(
+def rerank_note(
     lib: Library,
-    tpl: Template,
+    nf: NoteFrame,
     out: Layout,
     source: Mapping[tuple[str, int], Page],
     names: Mapping[str, str],
@@ -193,9 +215,10 @@ def _rerank(
     first: Page,
 ) -> None:
     """Let the note `first` become, once the window holds the recalled pages, the note the
-    generator finds the question likeliest after, as `ask --rerank llm` chooses its quote
-    (rerank.candidates, rerank.score): of the first rerank.N recalled hits, the quotes whose
-    notes copy their cells, scored on those cells in the window; `out.scored`, `out.rerank_s`."""
+    generator finds the question likeliest after (the `rerank` setting 'llm', for ask, chat and
+    serve alike; rerank.candidates, rerank.score): of the first rerank.N recalled hits, the
+    quotes whose notes copy their cells, scored on those cells in the window (one candidate is
+    quoted without a decode); `out.scored`, `out.rerank_s`."""
     question = query_of(query)
     if first.copy is None:
         return
@@ -214,7 +237,7 @@ def _rerank(
 
         def cells_of(h: Hit, text: str) -> tuple[int, int] | None:
             quote = Quote(text, h.owner, h.chunk, names.get(h.owner, ""))
-            page = note(tpl, [quote], out.plan.quote_room, source)
+            page = note(nf, [quote], out.plan.quote_room, source)
             if page is None or page.copy is None or page.n > most or page.copy[0] not in at:
                 return None
             key, offset, _, n = page.copy
@@ -222,14 +245,15 @@ def _rerank(
             return at[key] + offset, at[key] + offset + n
 
         cands = rerank.candidates(out.plan.hits, quote_of, cells_of)
-        if len(cands) < 2:
+        if not cands:
             return first
-        rerank.score(win.ctx, win.save, sink, cands, question)
+        if len(cands) > 1:  # one candidate is quoted without a decode: there is no choice
+            rerank.score(win.ctx, win.save, sink, cands, question)
         best = max(cands, key=lambda c: c.score)
         out.scored = [
-            {"owner": c.hit.owner, "chunk": c.hit.chunk, "score": round(c.score, 4),
-             "quoted": c is best, "text": c.text,
-             "label": out.labels.get(source[(c.hit.owner, c.hit.chunk)].key, "")}
+            {"owner": c.hit.owner, "chunk": c.hit.chunk, "passage": c.hit.passage,
+             "score": round(c.score, 4) if len(cands) > 1 else None, "quoted": c is best,
+             "text": c.text, "label": out.labels.get(source[(c.hit.owner, c.hit.chunk)].key, "")}
             for c in cands
         ]  # fmt: skip
         out.rerank_s = time.perf_counter() - t0

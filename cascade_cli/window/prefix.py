@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from cascade_cli.engine.context import Buffer
 from cascade_cli.errors import Cancelled, NotFoundError, StoreError
 from cascade_cli.paging.library import Library
 from cascade_cli.paging.window import Window
@@ -37,12 +38,13 @@ KEEP = 4
 
 
 class Piece(Protocol):
-    """What the window is laid out from (session.pages.Page)."""
+    """What the window is laid out from (window.page.Page)."""
 
     key: str
     tokens: list[int]
     meta: ChunkMeta | None
     transient: bool
+    whole: str | None
 
 
 @dataclass
@@ -100,16 +102,12 @@ def lay_out(
             win.truncate(ends[k - 1])
             start, done.kept = k, k
             break
-        if target[k - 1].transient or not (keys[k - 1] in lib.ram or lib.disk.exists(keys[k - 1])):
-            continue
-        warm = keys[k - 1] in lib.ram
-        try:
-            blob = lib.pager.get(keys[k - 1])
-        except (NotFoundError, StoreError):
-            continue  # damaged or gone: a shorter prefix, or decode
-        win.restore(blob, [t for p in target[:k] for t in p.tokens])
+        got = None if target[k - 1].transient else _stored(lib, keys[k - 1], target[k - 1].whole)
+        if got is None:
+            continue  # none stored, damaged or gone: a shorter prefix, or decode
+        win.restore(got[0], [t for p in target[:k] for t in p.tokens])
         start, done.restored = k, k
-        done.tier = lib.pager.tier(keys[k - 1], warm)
+        done.tier = got[1]
         break
     else:
         if same:  # back to the last shared page (from a mark, decoding the rest)
@@ -128,6 +126,19 @@ def lay_out(
         if not (keys[-1] in lib.ram or lib.disk.exists(keys[-1])):
             save(win, lib, keys[-1], target[-1])
     return done
+
+
+def _stored(lib: Library, *keys: str | None) -> tuple[Buffer, str] | None:
+    """The first of `keys` the store serves: (its state, the tier it came from)."""
+    for key in keys:
+        if key is None or not (key in lib.ram or lib.disk.exists(key)):
+            continue
+        warm = key in lib.ram
+        try:
+            return lib.pager.get(key), lib.pager.tier(key, warm)
+        except (NotFoundError, StoreError):
+            continue
+    return None
 
 
 def save(win: Window, lib: Library, key: str, last: Piece) -> None:
