@@ -5,7 +5,7 @@ suite's (tests/engine/tiny_gguf.py) — the paging path, not the model quality, 
 python bench/recurrent.py [--tokens 2000] [--repeats 5]
 
 Per model: the window (a system page and turns of `--block`-token pages, --tokens in all) laid out
-by session.pages.Pages through paging.prefix: cold (everything decoded), then a fresh window
+by window.pages.Pages through window.prefix: cold (everything decoded), then a fresh window
 restoring the stored snapshot from the RAM tier, then from disk (RAM emptied) — medians of
 --repeats; also the snapshot's bytes on disk vs the tokens it stands for. The table goes to
 bench/results/recurrent-<tokens>-<block>.json (bench/provenance.py). Needs no earlier run (the
@@ -127,7 +127,7 @@ def main() -> None:
                   for r in rows],
             models=[MODEL, *(Path(tmp) / f"tiny-{r['model']}.gguf" for r in rows)],
             notes=f"A {args.tokens}-token window (a page per {args.block} tokens of Emma) laid out "
-            "by session.pages.Pages through window/prefix.py on tiny random-weight GGUFs written "
+            "by window.pages.Pages through window/prefix.py on tiny random-weight GGUFs written "
             f"with tests/engine/tiny_gguf.py (64-dim, 2 layers, {MODEL.name}'s tokenizer). Cold: "
             "every page decoded; then a fresh window restoring the stored snapshot from the RAM "
             f"tier, and from disk (RAM emptied, q4 for the attention section). Medians of "

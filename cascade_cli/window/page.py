@@ -27,7 +27,7 @@ class Page:
     #: whose cells the window copies (moved) while the page is placed, instead of decoding them
     copy: tuple[str, int, int, int] | None = None
     #: a transient page that may give way, when it is placed last, to another made for the
-    #: window as it then is (window, page starts, most tokens); session/layout's rerank
+    #: window as it then is (window, page starts, most tokens); window/layout's rerank
     choose: Callable[[Window, Mapping[str, int], int], Page] | None = field(
         default=None, repr=False, compare=False
     )

@@ -1,5 +1,5 @@
 """Where pages go in a window that keeps what stays: which kept pages stay contiguous, and the
-start position of each page that comes in (session/pages.py moves the cells)."""
+start position of each page that comes in (window/pages.py moves the cells)."""
 
 from __future__ import annotations
 
