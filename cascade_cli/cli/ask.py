@@ -111,28 +111,9 @@ def ask_cmd(
     See docs/commands.md."""
     if not question.strip():
         raise InputError("the question is empty", "Ask something.")
-    cfg = settings(
-        opt.flags(
-            gpu_cache_size=gpu_cache_size,
-            memory_cache_size=memory_cache_size,
-            disk_cache_path=disk_cache_path,
-            model=model,
-            gpu_layers=gpu_layers,
-            threads=threads,
-            flash_attn=flash_attn,
-            recall=recall,
-            embed_model=embed_model,
-            remote_cache_url=remote,
-            repeat_guard=repeat_guard,
-            rerank=rerank,
-            think=think,
-            quote=quote,
-            neighbors=neighbors,
-            ask_tokens=max_tokens,
-            ask_temperature=temperature,
-            repeat_penalty=repeat_penalty,
-        )
-    )
+    own = opt.flags(quote=quote, neighbors=neighbors, remote_cache_url=remote)
+    own |= opt.flags(ask_tokens=max_tokens, ask_temperature=temperature)
+    cfg = settings(opt.shared(locals()) | own | opt.flags(repeat_penalty=repeat_penalty))
     _answer(cfg, doc, more or [], question, top_k=top_k, seed=seed, as_json=as_json)
 
 

@@ -251,22 +251,7 @@ def chat(
     Example: cascade chat -s tea --doc persuasion
 
     See docs/commands.md."""
-    flags = opt.flags(
-        model=model,
-        gpu_layers=gpu_layers,
-        threads=threads,
-        gpu_cache_size=gpu_cache_size,
-        memory_cache_size=memory_cache_size,
-        disk_cache_path=disk_cache_path,
-        block_size=block_size,
-        compression=compression,
-        flash_attn=flash_attn,
-        recall=recall,
-        rerank=rerank,
-        think=think,
-        embed_model=embed_model,
-        repeat_guard=repeat_guard,
-    )
+    flags = opt.shared(locals())
     overrides: dict[str, Any] = opt.flags(
         system=system,
         max_tokens=max_tokens,

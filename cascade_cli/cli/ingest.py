@@ -128,22 +128,7 @@ def ingest_cmd(
 
     See docs/commands.md."""
     folder = _check_files(files, name)
-    cfg = settings(
-        opt.flags(
-            block_size=block_size,
-            compression=compression,
-            gpu_cache_size=gpu_cache_size,
-            memory_cache_size=memory_cache_size,
-            disk_cache_path=disk_cache_path,
-            disk_cache_budget=disk_cache_budget,
-            model=model,
-            gpu_layers=gpu_layers,
-            threads=threads,
-            flash_attn=flash_attn,
-            embed_model=embed_model,
-            remote_cache_url=remote,
-        )
-    )
+    cfg = settings(opt.shared(locals()) | opt.flags(remote_cache_url=remote))
     if folder:
         size = parse_size(max_file_size, "--max-file-size")
         return ingest_dir(cfg, files[0], name, encoding, size, verbose)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,6 +42,19 @@ FlashAttn = Annotated[
 def flags(**values: Any) -> dict[str, Any]:
     """Drop unset flags so lower layers (env, file, defaults) apply."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+#: The shared options (this module's) whose parameter is named as the setting it sets.
+SETTINGS = (
+    "model", "gpu_layers", "threads", "gpu_cache_size", "memory_cache_size", "disk_cache_path",
+    "disk_cache_budget", "block_size", "compression", "flash_attn", "recall", "rerank", "think",
+    "embed_model", "repeat_guard",
+)  # fmt: skip
+
+
+def shared(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The set ones of a command's shared options, from its parameters (`locals()`)."""
+    return flags(**{k: values[k] for k in SETTINGS if k in values})
 
 
 DiskCacheBudget = Annotated[

@@ -200,23 +200,7 @@ def serve(
     Example: cascade serve --port 8080 --api-key KEY
 
     See docs/commands.md."""
-    flags = opt.flags(
-        model=model,
-        gpu_layers=gpu_layers,
-        threads=threads,
-        gpu_cache_size=gpu_cache_size,
-        memory_cache_size=memory_cache_size,
-        disk_cache_path=disk_cache_path,
-        disk_cache_budget=disk_cache_budget,
-        block_size=block_size,
-        compression=compression,
-        flash_attn=flash_attn,
-        recall=recall,
-        rerank=rerank,
-        think=think,
-        embed_model=embed_model,
-        repeat_guard=repeat_guard,
-    )
+    flags = opt.shared(locals())
     # the server's own flags, then --remote (in the order they are checked)
     flags |= opt.flags(allow_origins=allow_origin or None, max_body_size=max_body_size)
     flags |= opt.flags(max_messages=max_messages, max_queue=max_queue)
