@@ -1,19 +1,23 @@
-"""Answers through the real `ask`, with and without the generator rerank.
+"""Answers through the real `ask` against the same model's text baselines, on the same questions.
 
-python bench/answers.py [--doc base-northangerabbey-51200] [--book northangerabbey]
-                        [--window 4096] [--rerank off llm] [--max-tokens 48] [--make TOKENS]
+python bench/answers.py --book sed [--model qwen2.5-coder-0.5b] [--chars 60000] [--window 4096]
+                        [--conditions ask rag oracle cut] [--rerank off] [--max-tokens 64]
 
-Asks the book's hand-written questions (bench/questions/<book>.json) whose evidence sentence is
-in the base document (the book's first tokens, ingested by bench/niah.py or `--make`) through
-the real ask path, once per rerank mode. Per question and mode: whether the answer's chunk was
-paged in (a restored chunk's text holds the evidence string), whether the quote holds it,
-whether the answer names an expected answer term, whether it loops, and the rerank time.
+The book is bench/data/<book>.txt (novels: bench/fetch_text.py; manuals: bench/manuals.py), its
+first --chars characters ingested once per model (bench/.work/answers/<model>/). Its hand-written
+questions (bench/questions/<book>.json) whose evidence string lies in that prefix are asked under
+each condition, with the same model, window, sampling (greedy, no repeat penalty, the repetition
+guard) and answer length:
 
-The base document is made when it is missing: a --doc named base-<book>-<tokens> that
-bench/.work/store does not hold (bench/niah.py makes base-northangerabbey-51200 with
-`--text bench/data/northangerabbey.txt --lengths 25`) is ingested here, as --make <tokens> would
-(window --window, block --block, q4). The table goes to
-bench/results/answers-<doc>-<window>-rerank-<modes>.json (bench/provenance.py).
+- ``ask``: `cascade ask` as shipped (window engine, recall, quote; ``--rerank``);
+- ``rag``: text RAG — the chunks that ask paged in, prefilled as text in ask's frame, then the
+  question (what a user would build instead);
+- ``oracle``: the evidence's paragraph alone as text right before the question (the ceiling);
+- ``cut``: the document cut to the window, as text (what a plain llama.cpp run sees).
+
+Per condition: answers naming an expected term, looping replies, replies cut by the length
+limit mid-sentence, TTFT; for ask also whether the evidence's chunk was paged in and whether the
+quote holds the evidence. The table goes to bench/results/answers-<book>-<model>-<window>.json.
 """
 
 from __future__ import annotations
@@ -22,131 +26,209 @@ import argparse
 import json
 import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.niah import EMBED, MODEL, WORK, base_document  # noqa: E402
+from bench.niah import EMBED, WORK  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
-from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
+from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
+from cascade_cli.engine.generate import Generation, generate  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
 from cascade_cli.paging import catalog  # noqa: E402
+from cascade_cli.paging.ingest import ingest  # noqa: E402
 from cascade_cli.paging.library import Library  # noqa: E402
-from cascade_cli.store import DiskStore  # noqa: E402
+from cascade_cli.paging.plan import reserve as reserve_for  # noqa: E402
+from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
+from cascade_cli.paging.window import WINDOW_SEQ, Window  # noqa: E402
+from cascade_cli.registry import resolve_model  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
+
+CONDITIONS = ["ask", "rag", "oracle", "cut"]
+SAMPLING = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry")
+#: Characters of the text around the evidence that make the oracle's paragraph.
+AROUND = 400
 
 
 def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def model_path(name: str) -> Path:
+    path = Path(name)
+    return path if path.suffix == ".gguf" else resolve_model(name, pull=False)
+
+
+def document(ctx: Context, lib: Library, book: Path, chars: int) -> catalog.Document:
+    """The book's first `chars` characters (cut at a line end), ingested once."""
+    name = f"{book.stem}-{chars}"
+    try:
+        return catalog.find(lib.conn, name)
+    except CascadeError:
+        pass
+    text = book.read_text(encoding="utf-8")[:chars]
+    src = WORK / "answers" / f"{name}.txt"
+    src.write_text(text[: text.rfind("\n") + 1] or text, encoding="utf-8")
+    t = time.perf_counter()
+    doc = ingest(ctx, lib, src, name, "utf-8", lambda s: None)
+    print(f"{name}: {doc.tokens} tokens, {doc.chunks} chunks ({time.perf_counter() - t:.0f} s)")
+    return doc
+
+
+def generated(
+    ctx: Context, window: int, tokens: list[int], max_tokens: int
+) -> tuple[str, float, int]:
+    """(reply, TTFT, tokens generated) after prefilling `tokens` from scratch."""
+    win = Window(ctx, window)
+    t = time.perf_counter()
+    win.append(tokens, logits="last")
+    state = Generation(pos=win.end)
+    pieces, first = [], 0.0
+    with Sampler(SAMPLING, ctx.model) as sampler:
+        for piece in generate(ctx, sampler, WINDOW_SEQ, state, max_tokens, limit=window):
+            first = first or time.perf_counter() - t
+            pieces.append(piece)
+    win.reset()
+    return "".join(pieces).lstrip(), first, len(state.tokens)
+
+
+def cut_mid_sentence(answer: str, n: int, max_tokens: int) -> bool:
+    """Stopped by the length limit inside a sentence."""
+    return n >= max_tokens and not answer.rstrip().endswith((".", "!", "?", '"', "”", ")", "`"))
+
+
+def run_question(
+    ctx: Context, lib: Library, doc: catalog.Document, text: str, q: dict[str, Any],
+    conditions: list[str], args: argparse.Namespace,
+) -> list[dict[str, Any]]:  # fmt: skip
+    ev = flat(q["evidence"])
+    fr = frame(ctx.model)
+    ask_q = question_tokens(ctx.model, fr, q["q"])
+    rows = []
+    res = AskResult(doc=doc.name)
+    answer = "".join(ask(ctx, lib, doc, q["q"], res, window=args.window,
+                         max_tokens=args.max_tokens, rerank=args.rerank))  # fmt: skip
+    chunks = [lib.disk.meta(doc.chunk_key(c["index"])).tokens.tolist() for c in res.chunks]
+    paged = ev in flat("".join(ctx.model.detokenize(c) for c in chunks))
+    made: dict[str, Callable[[], list[int]]] = {
+        "rag": lambda: fr.prefix + [t for c in chunks for t in c] + ask_q,
+        "oracle": lambda: fr.prefix + ctx.model.tokenize(around(text, q["evidence"])) + ask_q,
+        "cut": lambda: _cut(ctx, doc, fr.prefix, ask_q, args),
+    }
+    for cond in conditions:
+        if cond == "ask":
+            reply, ttft, n = answer, res.timings["ttft_s"], res.timings["gen_tokens"]
+        else:
+            reply, ttft, n = generated(ctx, args.window, made[cond](), args.max_tokens)
+        row = {
+            "q": q["q"], "condition": cond,
+            "named": any(t.lower() in reply.lower() for t in q["answer_terms"]),
+            "loops": loops(reply), "cut": cut_mid_sentence(reply, int(n), args.max_tokens),
+            "ttft_s": round(ttft, 4), "answer": reply.strip()[:120],
+        }  # fmt: skip
+        if cond == "ask":
+            row["paged"] = paged
+            row["quoted"] = any(ev in flat(p) for p in res.passages)
+            row["tokens"] = sum(len(c) for c in chunks)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def around(text: str, evidence: str) -> str:
+    """The evidence with AROUND characters of the text on each side, cut at whitespace."""
+    words = evidence.split()
+    flat_text = flat(text)
+    at = flat_text.find(" ".join(words))
+    a, b = max(0, at - AROUND), min(len(flat_text), at + len(evidence) + AROUND)
+    a = flat_text.find(" ", a) + 1 if a else 0
+    b = flat_text.rfind(" ", 0, b) if b < len(flat_text) else b
+    return flat_text[a:b]
+
+
+def _cut(
+    ctx: Context, doc: catalog.Document, prefix: list[int], q: list[int], args: argparse.Namespace
+) -> list[int]:
+    room = args.window - len(prefix) - len(q) - reserve_for(args.max_tokens, args.window)
+    src = (WORK / "answers" / f"{doc.name}.txt").read_text(encoding="utf-8")
+    return prefix + ctx.model.tokenize(src)[:room] + q
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--doc", default="base-northangerabbey-51200")
-    ap.add_argument("--book", default="northangerabbey")
+    ap.add_argument("--book", required=True)
+    ap.add_argument("--model", default="smollm2-135m", help="a registered name or a .gguf path")
+    ap.add_argument("--chars", type=int, default=60000)
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
-    ap.add_argument("--rerank", nargs="+", default=["off", "llm"])
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--make", type=int, default=0, help="ingest this many tokens of the book")
+    ap.add_argument("--conditions", nargs="+", default=CONDITIONS, choices=CONDITIONS)
+    ap.add_argument("--rerank", default="off", choices=["off", "llm"])
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--questions", type=int, default=0, help="only the first N (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="per-question rows (JSON lines)")
     args = ap.parse_args()
     set_verbose(False)
+    model = model_path(args.model)
     book = ROOT / "bench" / "data" / f"{args.book}.txt"
+    if not book.exists():
+        raise SystemExit(f"{book} is missing: python bench/fetch_text.py or bench/manuals.py")
+    (WORK / "answers").mkdir(parents=True, exist_ok=True)
     cfg = resolve(
         {"gpu_cache_size": args.window, "block_size": args.block, "compression": "q4",
-         "disk_cache_path": str(WORK / "store"), "memory_cache_size": "256MiB"},
+         "disk_cache_path": str(WORK / "answers" / model.stem), "memory_cache_size": "256MiB"},
         config_file=None,
     )  # fmt: skip
-    if not args.make and not _held(args.doc):
-        made_of = f"base-{args.book}-"
-        if not (args.doc.startswith(made_of) and args.doc[len(made_of) :].isdigit()):
-            raise SystemExit(f"{args.doc} is not in {WORK / 'store'}: pass --make TOKENS")
-        args.make = int(args.doc[len(made_of) :])
-        print(f"{args.doc} is missing: ingesting the first {args.make} tokens of {book.name}")
-    if args.make and not book.exists():
-        raise SystemExit(f"{book} is missing: python bench/fetch_text.py {args.book}")
-    if args.make:
-        with (
-            Context(Model(MODEL), args.window + args.block + 256, 3, args.block, cfg.n_threads, "off") as ctx,
-            Library(cfg, ctx, embed_path=EMBED) as lib,
-        ):  # fmt: skip
-            made = base_document(ctx, lib, book, args.make)
-            args.doc = made.name
-    text = flat((WORK / f"{args.doc}.txt").read_text(encoding="utf-8"))
+    text = book.read_text(encoding="utf-8")[: args.chars]
     qs = json.loads((ROOT / "bench" / "questions" / f"{args.book}.json").read_text())["questions"]
-    qs = [q for q in qs if flat(q["evidence"]) in text]
-    out = args.out.open("w") if args.out else None
-    rows: dict[str, list[dict[str, Any]]] = {m: [] for m in args.rerank}
+    qs = [q for q in qs if flat(q["evidence"]) in flat(text)]
+    qs = qs[: args.questions] if args.questions else qs
+    rows: list[dict[str, Any]] = []
     with (
-        Context(Model(MODEL), args.window + args.block + 256, 4, args.block, cfg.n_threads, "off") as ctx,
-        Library(cfg, ctx, mode="shared", embed_path=EMBED) as lib,
+        Context(Model(model), args.window + args.block + 256, 4, args.block, cfg.n_threads, "off") as ctx,
+        Library(cfg, ctx, embed_path=EMBED) as lib,
     ):  # fmt: skip
-        doc = catalog.find(lib.conn, args.doc)
+        doc = document(ctx, lib, book, args.chars)
         print(f"{doc.name}: {doc.tokens} tokens, {len(qs)} questions with their evidence in it")
         for q in qs:
-            ev = flat(q["evidence"])
-            for mode in args.rerank:
-                res = AskResult(doc=doc.name)
-                answer = "".join(
-                    ask(ctx, lib, doc, q["q"], res, window=args.window,
-                        max_tokens=args.max_tokens, rerank=mode)
-                )  # fmt: skip
-                paged = flat(
-                    "".join(
-                        ctx.model.detokenize(
-                            lib.disk.meta(doc.chunk_key(c["index"])).tokens.tolist()
-                        )
-                        for c in res.chunks
-                    )
-                )
-                row = {
-                    "q": q["q"], "rerank": mode, "paged": ev in paged,
-                    "quoted": any(ev in flat(p) for p in res.passages),
-                    "named": any(t.lower() in answer.lower() for t in q["answer_terms"]),
-                    "loops": loops(answer), "rerank_s": res.timings.get("rerank_s", 0.0),
-                    "answer": answer.strip()[:80],
-                }  # fmt: skip
-                rows[mode].append(row)
-                print(json.dumps(row), flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
-    table = []
-    for mode, rs in rows.items():
-        ms = [1000 * r["rerank_s"] for r in rs] or [0.0]
-        table.append([mode, len(rs), sum(r["paged"] for r in rs), sum(r["quoted"] for r in rs),
-                      sum(r["named"] for r in rs), sum(r["loops"] for r in rs),
-                      f"{statistics.median(ms):.0f}, {max(ms):.0f}"])  # fmt: skip
+            rows += run_question(ctx, lib, doc, text, q, args.conditions, args)
+            if args.out:
+                with args.out.open("a") as out:
+                    out.writelines(json.dumps(r) + "\n" for r in rows[-len(args.conditions) :])
+    table = [summary(c, [r for r in rows if r["condition"] == c]) for c in args.conditions]
+    asked = [r for r in rows if r["condition"] == "ask"]
     save(
-        f"answers-{args.doc}-{args.window}-rerank-{'-'.join(args.rerank)}",
+        f"answers-{args.book}-{model.stem}-{args.window}",
         topic="answers",
-        title=f"Answers through `ask` ({args.book}: {args.doc}, window {args.window})",
-        target="the quote holds the answer's evidence for ≥ 75 % of questions",
-        columns=["rerank", "questions", "answer's chunk paged in", "quote holds the evidence",
-                 "answer names the answer", "looping", "rerank ms (median, max)"],
+        title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}",
+        target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
+        "for ≥ 75 % of paged questions; no loops; ask's TTFT ≥ 30× below text RAG's",
+        columns=["condition", "questions", "answer names the answer", "looping",
+                 "cut mid-sentence", "TTFT s (median)", "chunk paged in", "quote holds evidence"],
         rows=table,
-        models=[MODEL, EMBED],
-        notes=f"The hand-written questions of bench/questions/{args.book}.json whose evidence is "
-        f"in {doc.name} ({doc.tokens} tokens, {doc.chunks} chunks of {doc.block_size}, "
-        f"{doc.scheme}, ingested with window {doc.window}); ask window {args.window}, greedy, "
-        f"replies ≤ {args.max_tokens} tokens, the repetition guard on.",
+        models=[model, EMBED],
+        notes=f"bench/questions/{args.book}.json's questions whose evidence lies in the first "
+        f"{args.chars} characters of bench/data/{args.book}.txt ({doc.tokens} tokens, "
+        f"{doc.chunks} chunks of {doc.block_size}, {doc.scheme}); window {args.window}, greedy, "
+        f"replies ≤ {args.max_tokens} tokens, rerank {args.rerank}; ask paged in "
+        f"{statistics.median([r['tokens'] for r in asked]) if asked else 0:.0f} tokens (median).",
     )  # fmt: skip
 
 
-def _held(name: str) -> bool:
-    """Whether bench/.work holds the ready document `name` (its store row and its text)."""
-    if not (WORK / f"{name}.txt").exists():
-        return False
-    try:
-        with DiskStore.open(WORK / "store", None, readonly=True) as store:
-            catalog.find(store.conn, name)
-    except CascadeError:
-        return False
-    return True
+def summary(cond: str, rs: list[dict[str, Any]]) -> list[Any]:
+    ttft = statistics.median([r["ttft_s"] for r in rs]) if rs else 0.0
+    paged = sum(r.get("paged", False) for r in rs)
+    quoted = sum(r.get("quoted", False) for r in rs)
+    return [
+        cond, len(rs), sum(r["named"] for r in rs), sum(r["loops"] for r in rs),
+        sum(r["cut"] for r in rs), f"{ttft:.3f}",
+        paged if cond == "ask" else "—", f"{quoted} of {paged}" if cond == "ask" else "—",
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":
