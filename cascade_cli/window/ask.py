@@ -48,7 +48,7 @@ RERANK = Settings.rerank  # the setting's default (config.py)
 #: The line that introduces the quote, after the excerpts (measured on the needle trials).
 LINES = "Most relevant lines:\n"
 
-__all__ = ["AskResult", "ask", "lay_out", "plan"]
+__all__ = ["AskResult", "ask", "plan", "question_pages"]
 
 
 @dataclass
@@ -89,7 +89,7 @@ def question_note(model: Model, fr: Frame) -> NoteFrame:
     )  # fmt: skip
 
 
-def lay_out(
+def question_pages(
     lib: Library,
     model: Model,
     docs: Sequence[catalog.Document],
@@ -121,11 +121,13 @@ def lay_out(
         out.pages.append(page)
         source[(owner, idx)] = page
         out.labels[page.key] = f"{by_owner[owner].name} chunk {idx}"
-    room = len(bare) + laid.quote_room
+    room = len(bare) + laid.quote_room  # the question's and the quote's, together
     nf = question_note(model, fr)
-    quote = note(nf, laid.quotes[:1], room, source) if copies and len(laid.quotes) == 1 else None
+    after = tokenize_parts(model, [("\n\n", True), *_tail(fr, question)])  # after a note
+    one = copies and len(laid.quotes) == 1
+    quote = note(nf, laid.quotes, room - len(after), source) if one else None
     if quote is not None and quote.copy is not None:
-        message = tokenize_parts(model, [("\n\n", True), *_tail(fr, question)])
+        message = after
         if rerank == "llm":
             names = {d.owner: d.name for d in docs}
             rerank_note(lib, nf, out, source, names, question, len(fr.prefix), quote)
@@ -185,7 +187,7 @@ def plan(
         window=window, head=0, tail=reserve, query=question, mode=mode, sources=lib.sources(docs),
         fill=True, top_k=top_k,
     )  # fmt: skip
-    asked = lay_out(lib, ctx.model, docs, question, req)
+    asked = question_pages(lib, ctx.model, docs, question, req)
     quote = [t for p in asked.layout.pages[1:] if p.transient for t in p.tokens]
     return asked.recalled, quote + asked.message
 
@@ -228,7 +230,7 @@ def ask(
         window=window, head=0, tail=reserve, query=question, mode=mode, sources=lib.sources(docs),
         fill=True, top_k=top_k, neighbors=neighbors, order=order, quote=quote,
     )  # fmt: skip
-    asked = lay_out(lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank)
+    asked = question_pages(lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank)
     for line in asked.layout.plan.notes:
         notice(line)
     said = lib.prefill_notice() if pages.win.recurrent else None

@@ -245,7 +245,7 @@ class Pages:
         """A recurrent or hybrid model's layout: kept or restored prefix, the rest decoded
         (window.prefix)."""
         try:
-            got = prefix.lay_out(self.win, self.lib, self.fingerprint, self.layout, target, stop)
+            got = prefix.place(self.win, self.lib, self.fingerprint, self.layout, target, stop)
         except BaseException:
             self.reset()
             raise

@@ -81,7 +81,7 @@ def _same(a: Piece, b: Piece) -> bool:
     return list(a.tokens) == list(b.tokens)
 
 
-def lay_out(
+def place(
     win: Window,
     lib: Library,
     fingerprint: str,
