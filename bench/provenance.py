@@ -109,7 +109,9 @@ def machine() -> dict[str, Any]:
 
 def _code() -> tuple[str, bool]:
     """The commit checked out and whether tracked files differ from it."""
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    # results and the report they make are not code: a run beside earlier results is clean
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results",
+                 ":!BENCHMARKS.md")  # fmt: skip
     return _git("rev-parse", "HEAD") or "unknown", bool(dirty)
 
 
