@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from cascade_cli.engine import Model
 from cascade_cli.engine.template import tokenize_parts
-from cascade_cli.recall.focus import CUT
 
 SYSTEM = (
     "You are a helpful assistant. Answer the question using the document excerpts. "
@@ -61,7 +60,7 @@ def question_tokens(
     16/20 without the "Question: " label, 18/20 with both. `most` > 0: the longest passages
     are cut until all of it takes at most `most` tokens."""
     head = [(fr.after_doc, True)]
-    tail = _tail(fr, question)
+    tail = question_tail(fr, question)
     lines = [" ".join(e.split()) for e in evidence]
     while lines:
         parts = [*head, ("Most relevant lines:\n", True)]
@@ -76,30 +75,9 @@ def question_tokens(
     return tokenize_parts(model, head + tail)  # the question is never parsed as special
 
 
-def _tail(fr: Frame, question: str) -> list[tuple[str, bool]]:
+def question_tail(fr: Frame, question: str) -> list[tuple[str, bool]]:
     return [
         ("Question: ", True),
         (question.strip(), False),  # never parsed as special
         (f"{fr.after_question}{fr.cue}", True),
     ]
-
-
-def quoted_question(
-    model: Model,
-    fr: Frame,
-    question: str,
-    span: Sequence[int],
-    cut: tuple[bool, bool] = (False, False),
-) -> tuple[list[int], int]:
-    """`question_tokens` with one quoted line whose text is `span`, a chunk's own token ids
-    (so the window can copy their cells instead of decoding them): the tokens, and where
-    `span` starts in them. `cut`: whether the quote's start and end were cut (marked CUT)."""
-    line = f"- {CUT} " if cut[0] else "- "
-    if model.token_bytes(span[0])[:1].isspace():
-        line = line.rstrip(" ")  # the quoted tokens bring their own space
-    lead = tokenize_parts(
-        model, [(fr.after_doc, True), ("Most relevant lines:\n", True), (line, False)]
-    )
-    end = (f" {CUT}" if cut[1] else "") + "\n"
-    rest = tokenize_parts(model, [(end, False), ("\n", True), *_tail(fr, question)])
-    return lead + list(span) + rest, len(lead)

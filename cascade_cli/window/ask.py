@@ -30,7 +30,7 @@ from cascade_cli.paging.library import Library
 from cascade_cli.paging.plan import ORDER, QUOTE, Request
 from cascade_cli.paging.plan import plan as planned
 from cascade_cli.paging.plan import reserve as reserve_for
-from cascade_cli.paging.prompt import Frame, frame, question_tokens
+from cascade_cli.paging.prompt import Frame, frame, question_tail, question_tokens
 from cascade_cli.paging.reindex import Notice, ensure_indexed, quiet
 from cascade_cli.paging.sink import OWNER as SINK
 from cascade_cli.paging.sink import sink_key
@@ -123,7 +123,7 @@ def question_pages(
         out.labels[page.key] = f"{by_owner[owner].name} chunk {idx}"
     room = len(bare) + laid.quote_room  # the question's and the quote's, together
     nf = question_note(model, fr)
-    after = tokenize_parts(model, [("\n\n", True), *_tail(fr, question)])  # after a note
+    after = tokenize_parts(model, [("\n\n", True), *question_tail(fr, question)])  # after a note
     one = copies and len(laid.quotes) == 1
     quote = note(nf, laid.quotes, room - len(after), source) if one else None
     if quote is not None and quote.copy is not None:
@@ -135,14 +135,6 @@ def question_pages(
     else:
         message = question_tokens(model, fr, question, [q.text for q in laid.quotes], room)
     return Asked(out, message, sink, list(laid.recalled))
-
-
-def _tail(fr: Frame, question: str) -> list[tuple[str, bool]]:
-    return [
-        ("Question: ", True),
-        (question.strip(), False),  # never parsed as special
-        (f"{fr.after_question}{fr.cue}", True),
-    ]
 
 
 def _sink(prefix: list[int], scheme: str) -> Page:
@@ -230,7 +222,9 @@ def ask(
         window=window, head=0, tail=reserve, query=question, mode=mode, sources=lib.sources(docs),
         fill=True, top_k=top_k, neighbors=neighbors, order=order, quote=quote,
     )  # fmt: skip
-    asked = question_pages(lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank)
+    asked = question_pages(
+        lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank
+    )
     for line in asked.layout.plan.notes:
         notice(line)
     said = lib.prefill_notice() if pages.win.recurrent else None
