@@ -2,6 +2,7 @@
 
 python bench/answers.py --book sed [--model qwen2.5-coder-0.5b] [--chars 60000] [--window 4096]
                         [--conditions ask rag oracle cut] [--rerank off] [--max-tokens 64]
+                        [--cue "Answer: "] [--quote best] [--neighbors 1]
 
 The book is bench/data/<book>.txt (novels: bench/fetch_text.py; manuals: bench/manuals.py), its
 first --chars characters ingested once per model (bench/.work/answers/<model>/). Its hand-written
@@ -12,7 +13,8 @@ guard) and answer length:
 - ``ask``: `cascade ask` as shipped (window engine, recall, quote; ``--rerank``);
 - ``rag``: text RAG — the chunks that ask paged in, prefilled as text in ask's frame, then the
   question (what a user would build instead);
-- ``oracle``: the evidence's paragraph alone as text right before the question (the ceiling);
+- ``oracle``: the chunk that holds the evidence (as ingest cut it), alone as text right before
+  the question (the ceiling);
 - ``cut``: the document cut to the window, as text (what a plain llama.cpp run sees).
 
 Per condition: answers naming an expected term, looping replies, replies cut by the length
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.niah import EMBED, WORK  # noqa: E402
 from bench.provenance import save  # noqa: E402
-from cascade_cli.config import resolve  # noqa: E402
+from cascade_cli.config import Settings, resolve  # noqa: E402
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
 from cascade_cli.engine.generate import Generation, generate  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
@@ -52,8 +54,6 @@ from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
 CONDITIONS = ["ask", "rag", "oracle", "cut"]
 SAMPLING = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry")
-#: Characters of the text around the evidence that make the oracle's paragraph.
-AROUND = 400
 
 
 def flat(text: str) -> str:
@@ -108,17 +108,18 @@ def run_question(
     conditions: list[str], args: argparse.Namespace,
 ) -> list[dict[str, Any]]:  # fmt: skip
     ev = flat(q["evidence"])
-    fr = frame(ctx.model)
+    fr = frame(ctx.model, cue=args.cue)
     ask_q = question_tokens(ctx.model, fr, q["q"])
     rows = []
     res = AskResult(doc=doc.name)
-    answer = "".join(ask(ctx, lib, doc, q["q"], res, window=args.window,
-                         max_tokens=args.max_tokens, rerank=args.rerank))  # fmt: skip
+    answer = "".join(ask(ctx, lib, doc, q["q"], res, window=args.window, cue=args.cue,
+                         max_tokens=args.max_tokens, rerank=args.rerank, quote=args.quote,
+                         neighbors=args.neighbors))  # fmt: skip
     chunks = [lib.disk.meta(doc.chunk_key(c["index"])).tokens.tolist() for c in res.chunks]
     paged = ev in flat("".join(ctx.model.detokenize(c) for c in chunks))
     made: dict[str, Callable[[], list[int]]] = {
         "rag": lambda: fr.prefix + [t for c in chunks for t in c] + ask_q,
-        "oracle": lambda: fr.prefix + ctx.model.tokenize(around(text, q["evidence"])) + ask_q,
+        "oracle": lambda: fr.prefix + evidence_chunk(ctx, lib, doc, ev) + ask_q,
         "cut": lambda: _cut(ctx, doc, fr.prefix, ask_q, args),
     }
     for cond in conditions:
@@ -141,15 +142,19 @@ def run_question(
     return rows
 
 
-def around(text: str, evidence: str) -> str:
-    """The evidence with AROUND characters of the text on each side, cut at whitespace."""
-    words = evidence.split()
-    flat_text = flat(text)
-    at = flat_text.find(" ".join(words))
-    a, b = max(0, at - AROUND), min(len(flat_text), at + len(evidence) + AROUND)
-    a = flat_text.find(" ", a) + 1 if a else 0
-    b = flat_text.rfind(" ", 0, b) if b < len(flat_text) else b
-    return flat_text[a:b]
+def evidence_chunk(ctx: Context, lib: Library, doc: catalog.Document, ev: str) -> list[int]:
+    """The tokens of the chunk that holds the evidence (with the next one where it crosses the
+    edge): what recall pages in at best."""
+    texts = [
+        lib.disk.meta(doc.chunk_key(i)).tokens.tolist() for i in range(doc.chunks)
+    ]  # fmt: skip
+    for i, toks in enumerate(texts):
+        if ev in flat(ctx.model.detokenize(toks)):
+            return toks
+        both = toks + (texts[i + 1] if i + 1 < len(texts) else [])
+        if ev in flat(ctx.model.detokenize(both)):
+            return both
+    raise SystemExit(f"evidence not in any chunk: {ev[:60]}")
 
 
 def _cut(
@@ -170,6 +175,10 @@ def main() -> None:
     ap.add_argument("--conditions", nargs="+", default=CONDITIONS, choices=CONDITIONS)
     ap.add_argument("--rerank", default="off", choices=["off", "llm"])
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--cue", default=Settings.ask_cue, help="what the answer follows")
+    ap.add_argument("--quote", default=Settings.quote)
+    ap.add_argument("--neighbors", type=int, default=Settings.neighbors)
+    ap.add_argument("--tag", default="", help="appended to the result's name (a tuning run)")
     ap.add_argument("--questions", type=int, default=0, help="only the first N (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="per-question rows (JSON lines)")
     args = ap.parse_args()
@@ -203,7 +212,7 @@ def main() -> None:
     table = [summary(c, [r for r in rows if r["condition"] == c]) for c in args.conditions]
     asked = [r for r in rows if r["condition"] == "ask"]
     save(
-        f"answers-{args.book}-{model.stem}-{args.window}",
+        f"answers-{args.book}-{model.stem}-{args.window}{args.tag}",
         topic="answers",
         title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}",
         target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
@@ -215,7 +224,8 @@ def main() -> None:
         notes=f"bench/questions/{args.book}.json's questions whose evidence lies in the first "
         f"{args.chars} characters of bench/data/{args.book}.txt ({doc.tokens} tokens, "
         f"{doc.chunks} chunks of {doc.block_size}, {doc.scheme}); window {args.window}, greedy, "
-        f"replies ≤ {args.max_tokens} tokens, rerank {args.rerank}; ask paged in "
+        f"replies ≤ {args.max_tokens} tokens, rerank {args.rerank}, quote {args.quote}, "
+        f"neighbors {args.neighbors}, cue {args.cue!r}; ask paged in "
         f"{statistics.median([r['tokens'] for r in asked]) if asked else 0:.0f} tokens (median).",
     )  # fmt: skip
 

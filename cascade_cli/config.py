@@ -162,6 +162,8 @@ class Settings:
     """Longest chat reply, and a served request's when it sends no max_tokens."""
     ask_tokens: int = 256
     """Longest `ask` answer."""
+    ask_cue: str = "Answer: "
+    """`ask`: the words its answer follows, after the reply header ("" = none)."""
     ask_temperature: float = 0.0
     """`ask`'s sampling temperature (0 = greedy: an answer quotes the document)."""
     quote: str = "best"
@@ -205,6 +207,7 @@ _TEXT = (
     "rerank",
     "think",
     "system",
+    "ask_cue",
     "quote",
 )
 
@@ -265,7 +268,7 @@ def _coerce(key: str, value: Any) -> Any:
         return parse_float(value, key, *_FLOATS[key])
     if key in _INTS:
         return parse_int(value, key, _INTS[key])
-    if key == "system":
+    if key in ("system", "ask_cue"):
         return str(value)
     if key == "quote":
         text = str(value).lower()

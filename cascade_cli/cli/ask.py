@@ -157,6 +157,7 @@ def _answer(
             quote=cfg.quote,
             rerank=cfg.rerank,
             max_tokens=cfg.ask_tokens,
+            cue=cfg.ask_cue,
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
         )

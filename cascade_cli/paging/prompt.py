@@ -13,6 +13,8 @@ SYSTEM = (
     "Quote exact numbers, names and phrases from them."
 )
 INTRO = "Here are excerpts from a document:\n\n"
+#: What the answer follows (config.Settings.ask_cue; measured in BENCHMARKS.md#answers).
+CUE = "Answer: "
 _MARK = "@@CASCADE-DOCUMENT@@"
 
 
@@ -23,21 +25,21 @@ class Frame:
     prefix: list[int]
     after_doc: str  # template text between the document and the question
     after_question: str  # template text that closes the user turn and opens the reply
-    cue: str = "Answer: "  # what the reply follows ("" while a reasoning model thinks first)
+    cue: str = CUE  # what the reply follows ("" while a reasoning model thinks first)
 
 
-_FRAMES: dict[tuple[int, str, str, bool], Frame] = {}
+_FRAMES: dict[tuple[int, str, str, bool, str], Frame] = {}
 
 
-def frame(model: Model, system: str = SYSTEM) -> Frame:
-    """The model's frame (computed once per loaded model, system prompt and `think`)."""
-    key = (id(model), str(model.path), system, model.think)
+def frame(model: Model, system: str = SYSTEM, cue: str = CUE) -> Frame:
+    """The model's frame (computed once per loaded model, system prompt, `think` and cue)."""
+    key = (id(model), str(model.path), system, model.think, cue)
     if key not in _FRAMES:
-        _FRAMES[key] = _build(model, system)
+        _FRAMES[key] = _build(model, system, cue)
     return _FRAMES[key]
 
 
-def _build(model: Model, system: str) -> Frame:
+def _build(model: Model, system: str, cue: str) -> Frame:
     """Split the chat template around the document so chunks can sit between the two halves."""
     sys_mark = "@@CASCADE-SYSTEM@@"
     rendered = model.apply_chat_template([("system", sys_mark), ("user", INTRO + _MARK)])
@@ -48,7 +50,7 @@ def _build(model: Model, system: str) -> Frame:
     after_mark = full.split(_MARK, 1)[1]
     between, closing = after_mark.split(probe, 1)
     thinking = model.think and bool(model.reasoning)  # its reply opens with its reasoning
-    return Frame(prefix, between, closing + model.reply_opening, "" if thinking else "Answer: ")
+    return Frame(prefix, between, closing + model.reply_opening, "" if thinking else cue)
 
 
 def question_tokens(

@@ -98,12 +98,13 @@ def question_pages(
     *,
     copies: bool = True,
     rerank: str = RERANK,
+    cue: str = Settings.ask_cue,
 ) -> Asked:
     """The pages for a question about `docs` under the planner's request `req` (its head and
     tail are set here): the sink, the recalled chunks, and — where the window can copy cells
     (`copies`) and one passage is quoted — a note copying it; else the quoted passages are
     decoded with the question (paging.prompt.question_tokens)."""
-    fr = frame(model)
+    fr = frame(model, cue=cue)
     bare = question_tokens(model, fr, question)
     req.head, req.tail = len(fr.prefix), req.tail + len(bare)
     laid = planned(lib.recall, req)
@@ -203,6 +204,7 @@ def ask(
     quote: str = QUOTE,
     rerank: str = RERANK,
     max_tokens: int = Settings.ask_tokens,
+    cue: str = Settings.ask_cue,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry"),
     notice: Notice = quiet,
 ) -> Iterator[str]:
@@ -223,7 +225,7 @@ def ask(
         fill=True, top_k=top_k, neighbors=neighbors, order=order, quote=quote,
     )  # fmt: skip
     asked = question_pages(
-        lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank
+        lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank, cue=cue
     )
     for line in asked.layout.plan.notes:
         notice(line)
