@@ -15,7 +15,9 @@ guard) and answer length:
   question (what a user would build instead);
 - ``oracle``: the chunk that holds the evidence (as ingest cut it), alone as text right before
   the question (the ceiling);
-- ``cut``: the document cut to the window, as text (what a plain llama.cpp run sees).
+- ``cut``: the document cut to the window, as text (what a plain llama.cpp run sees);
+- ``chat``: a one-turn `cascade chat --doc` session (the conversation frame: the system
+  prompt, the excerpts as a user message naming the document, the quote as a system note).
 
 Per condition: answers naming an expected term, looping replies, replies cut by the length
 limit mid-sentence, TTFT; for ask also whether the evidence's chunk was paged in and whether the
@@ -39,20 +41,21 @@ sys.path.insert(0, str(ROOT))
 from bench.niah import EMBED, WORK  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import Settings, resolve  # noqa: E402
+from cascade_cli.documents import catalog  # noqa: E402
+from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
+from cascade_cli.documents.ingest import ingest  # noqa: E402
+from cascade_cli.documents.library import Library  # noqa: E402
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
 from cascade_cli.engine.generate import Generation, generate  # noqa: E402
+from cascade_cli.engine.live import WINDOW_SEQ, Window  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
-from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.ingest import ingest  # noqa: E402
-from cascade_cli.paging.library import Library  # noqa: E402
-from cascade_cli.paging.plan import reserve as reserve_for  # noqa: E402
-from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
-from cascade_cli.paging.window import WINDOW_SEQ, Window  # noqa: E402
+from cascade_cli.recall.plan import reserve as reserve_for  # noqa: E402
 from cascade_cli.registry import resolve_model  # noqa: E402
+from cascade_cli.session.chat import ChatSession  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
-CONDITIONS = ["ask", "rag", "oracle", "cut"]
+CONDITIONS = ["ask", "rag", "oracle", "cut", "chat"]
 SAMPLING = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry")
 
 
@@ -98,6 +101,20 @@ def generated(
     return "".join(pieces).lstrip(), first, len(state.tokens)
 
 
+def chatted(
+    ctx: Context, lib: Library, doc: catalog.Document, question: str, args: argparse.Namespace
+) -> tuple[str, float, int]:
+    """(reply, TTFT, tokens generated) of a fresh one-turn chat session reading `doc`."""
+    greedy = {"temperature": 0.0, "repeat_penalty": 1.0, "max_tokens": args.max_tokens}
+    chat = ChatSession(ctx, lib, "answers-bench", overrides=greedy, documents=[doc])
+    try:
+        reply = "".join(chat.send(question))
+        return reply.strip(), chat.last.ttft_s, chat.last.gen_tokens
+    finally:
+        chat.close()
+        chat.delete()
+
+
 def cut_mid_sentence(answer: str, n: int, max_tokens: int) -> bool:
     """Stopped by the length limit inside a sentence."""
     return n >= max_tokens and not answer.rstrip().endswith((".", "!", "?", '"', "”", ")", "`"))
@@ -125,6 +142,8 @@ def run_question(
     for cond in conditions:
         if cond == "ask":
             reply, ttft, n = answer, res.timings["ttft_s"], res.timings["gen_tokens"]
+        elif cond == "chat":
+            reply, ttft, n = chatted(ctx, lib, doc, q["q"], args)
         else:
             reply, ttft, n = generated(ctx, args.window, made[cond](), args.max_tokens)
         row = {

@@ -35,8 +35,8 @@ QUESTION = "Which character did we talk about most so far? Answer in one sentenc
 def probe(where: Path, window: int) -> dict[str, float]:
     """In this (new) process: open the session, time the reply's first token; then prefill."""
     from cascade_cli.config import resolve
+    from cascade_cli.documents.library import Library
     from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose
-    from cascade_cli.paging.library import Library
     from cascade_cli.session.chat import ChatSession
 
     set_verbose(False)

@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 from bench.chat_common import MODEL, filler  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
+from cascade_cli.documents.library import Library  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
-from cascade_cli.paging.library import Library  # noqa: E402
-from cascade_cli.paging.window import SCRATCH_SEQ  # noqa: E402
+from cascade_cli.engine.live import SCRATCH_SEQ  # noqa: E402
 from cascade_cli.registry import resolve_model  # noqa: E402
 from cascade_cli.session.chat import ChatSession  # noqa: E402
 from cascade_cli.window import pages as pages_mod  # noqa: E402

@@ -39,11 +39,11 @@ def default_text() -> Path:
 
 def child(text_path: Path, n_tokens: int, window: int, block: int, mode: str) -> dict[str, float]:
     from cascade_cli.config import resolve
+    from cascade_cli.documents.frame import frame
+    from cascade_cli.documents.ingest import chunks, ingest
+    from cascade_cli.documents.library import Library
     from cascade_cli.engine import Context, Model, set_verbose
-    from cascade_cli.paging.ingest import chunks, ingest
-    from cascade_cli.paging.library import Library
-    from cascade_cli.paging.prompt import frame
-    from cascade_cli.paging.window import Window
+    from cascade_cli.engine.live import Window
 
     set_verbose(False)
     model = Model(MODEL)

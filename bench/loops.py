@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.niah import MODEL  # noqa: E402
 from bench.provenance import save  # noqa: E402
+from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
 from cascade_cli.engine.generate import Generation, generate  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
-from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 QUESTIONS = ROOT / "bench" / "questions"

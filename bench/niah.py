@@ -40,16 +40,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import QUOTES, resolve  # noqa: E402
+from cascade_cli.documents import catalog  # noqa: E402
+from cascade_cli.documents.ingest import IngestStatus, ingest  # noqa: E402
+from cascade_cli.documents.library import Library  # noqa: E402
+from cascade_cli.documents.reindex import ensure_indexed  # noqa: E402
+from cascade_cli.documents.sliding import SlidingWriter  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
-from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.ingest import IngestStatus, ingest  # noqa: E402
-from cascade_cli.paging.library import Library  # noqa: E402
-from cascade_cli.paging.plan import QUOTE  # noqa: E402
-from cascade_cli.paging.reindex import ensure_indexed  # noqa: E402
-from cascade_cli.paging.sliding import SlidingWriter  # noqa: E402
-from cascade_cli.recall import index as rindex  # noqa: E402
 from cascade_cli.recall import service  # noqa: E402
+from cascade_cli.recall import tables as rindex  # noqa: E402
 from cascade_cli.recall.passages import Passage  # noqa: E402
+from cascade_cli.recall.plan import QUOTE  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 

@@ -34,10 +34,10 @@ from bench.niah import EMBED, MODEL  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli.engine import Model, set_verbose  # noqa: E402
 from cascade_cli.engine.embed import Embedder  # noqa: E402
-from cascade_cli.paging.plan import arrange  # noqa: E402
 from cascade_cli.recall import Recall, fill  # noqa: E402
 from cascade_cli.recall.lexical import query_terms  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
+from cascade_cli.recall.plan import arrange  # noqa: E402
 from cascade_cli.store import DiskStore  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
@@ -83,8 +83,8 @@ def indexed_recall(disk: DiskStore, texts: list[str], starts: list[int]) -> Reca
 
 
 def chunk_texts(model: Model, text: str, block: int) -> list[str]:
-    """The chunks ingest would store, as text (paging.ingest.chunks without a context)."""
-    from cascade_cli.paging.ingest import pieces
+    """The chunks ingest would store, as text (documents.ingest.chunks without a context)."""
+    from cascade_cli.documents.ingest import pieces
 
     out: list[str] = []
     pending: list[int] = []

@@ -5,7 +5,7 @@ The collection is real code and text: the files the ingest walker takes under De
 /usr/lib/python3 (its Python packages), then /usr/share/doc (packages' documentation), the
 first 10,000 that extract, in walk order. It is built without model prefill: each file is
 extracted (documents.extract), cut into 512-token chunks by the ingest's own chunker with the
-model's tokenizer, and its chunks' passages indexed by recall.index in one catalog commit per
+model's tokenizer, and its chunks' passages indexed by recall.tables in one catalog commit per
 file, as ingest does — only the KV states are not computed (recall never reads them). Passage embeddings are random unit vectors written as
 the embedder would (f16): cosine's cost does not depend on the values; the question itself is
 embedded by MiniLM-L6 in the timed path. So the semantic ranking is noise here and only its cost
@@ -14,7 +14,7 @@ is measured; answer quality over collections is bench/collection.py's.
 Timed, per question (written before any timing was looked at), in one process:
 - `recall` — Recall.search over the 10,000 owners (BM25 with the subject ranking, and hybrid);
 - `plan` — what `ask` runs before it restores chunks: the collection's members from the catalog,
-  the indexed-check (ensure_indexed), the sources and the planner's layout (paging.ask.plan).
+  the indexed-check (ensure_indexed), the sources and the planner's layout (window.ask.plan).
 The first hybrid question of a process needs the collection's vector stack: made from the
 index (every vector read) and kept in the store, or, in every later process, the kept stack
 mapped — both timed apart.
@@ -40,16 +40,20 @@ sys.path.insert(0, str(ROOT))
 
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
-from cascade_cli.documents import extract  # noqa: E402
+from cascade_cli.documents import (  # noqa: E402
+    catalog,
+    collection,
+    extract,
+    locations,
+)
+from cascade_cli.documents.frame import frame  # noqa: E402
+from cascade_cli.documents.ingest import chunks  # noqa: E402
+from cascade_cli.documents.library import Library  # noqa: E402
+from cascade_cli.documents.reindex import ensure_indexed  # noqa: E402
 from cascade_cli.documents.tree import walk  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
-from cascade_cli.paging import catalog, collection, locations  # noqa: E402
-from cascade_cli.paging.ingest import chunks  # noqa: E402
-from cascade_cli.paging.library import Library  # noqa: E402
-from cascade_cli.paging.prompt import frame  # noqa: E402
-from cascade_cli.paging.reindex import ensure_indexed  # noqa: E402
-from cascade_cli.recall import index, vectors  # noqa: E402
+from cascade_cli.recall import tables, vectors  # noqa: E402
 from cascade_cli.recall.passages import Passage, split  # noqa: E402
 from cascade_cli.recall.semantic import VectorCache  # noqa: E402
 from cascade_cli.window.ask import plan  # noqa: E402
@@ -134,7 +138,7 @@ def build(
             for idx, (toks, consumed) in enumerate(chunks(ctx, source.text, cfg.block_size)):
                 text = ctx.model.detokenize(toks)
                 found = [Passage(chars + p.start, p.text) for p in split(text)]
-                index.add(conn, doc.owner, idx, found)
+                tables.add(conn, doc.owner, idx, found)
                 tokens, chars = tokens + len(toks), chars + len(text)
                 del consumed
             rows = vectors.unembedded(conn, [doc.owner])

@@ -39,8 +39,8 @@ EMMA = ROOT / "bench" / "data" / "emma.txt"
 
 def run(arch: str, tokens: int, block: int, repeats: int, work: Path) -> dict[str, Any]:
     from cascade_cli.config import Settings
+    from cascade_cli.documents.library import Library
     from cascade_cli.engine import Context, Model
-    from cascade_cli.paging.library import Library
     from cascade_cli.store import ChunkMeta
     from cascade_cli.window.page import Page
     from cascade_cli.window.pages import Pages

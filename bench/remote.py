@@ -113,10 +113,10 @@ def in_process(b: Path, url: str, repeats: int) -> dict[str, Any]:
     """Parts 2 and 3, on home B (the document pulled there)."""
     os.environ["CASCADE_HOME"] = str(b)
     from cascade_cli.config import resolve
+    from cascade_cli.documents.frame import frame
+    from cascade_cli.documents.library import Library
     from cascade_cli.engine import Context, Model, set_verbose
-    from cascade_cli.paging.library import Library
-    from cascade_cli.paging.prompt import frame
-    from cascade_cli.paging.window import Window
+    from cascade_cli.engine.live import Window
     from cascade_cli.registry import resolve_model
 
     set_verbose(False)

@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
+from cascade_cli.documents import catalog  # noqa: E402
+from cascade_cli.documents.ingest import ingest  # noqa: E402
+from cascade_cli.documents.library import Library  # noqa: E402
 from cascade_cli.engine import Context, Model, set_verbose  # noqa: E402
-from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.ingest import ingest  # noqa: E402
-from cascade_cli.paging.library import Library  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 

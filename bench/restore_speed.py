@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli import kv  # noqa: E402
 from cascade_cli.engine import Context, Model, library_dir, set_verbose  # noqa: E402
-from cascade_cli.paging.window import Window  # noqa: E402
+from cascade_cli.engine.live import Window  # noqa: E402
 from cascade_cli.samples import PERSUASION  # noqa: E402
 from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache  # noqa: E402
 

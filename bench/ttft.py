@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 from bench.niah import EMBED, MODEL, WORK, base_document  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
+from cascade_cli.documents import catalog  # noqa: E402
+from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
+from cascade_cli.documents.library import Library  # noqa: E402
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings, set_verbose  # noqa: E402
 from cascade_cli.engine.generate import Generation, generate  # noqa: E402
-from cascade_cli.paging import catalog  # noqa: E402
-from cascade_cli.paging.library import Library  # noqa: E402
-from cascade_cli.paging.prompt import frame, question_tokens  # noqa: E402
-from cascade_cli.paging.window import Window  # noqa: E402
+from cascade_cli.engine.live import Window  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
 

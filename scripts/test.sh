@@ -11,7 +11,10 @@ QUICK="not slow and not browser and not redis and not subprocess"
 # whole ingests, asks and conversations on the real model, in process (another 5½ minutes on
 # 2 cores): the full run has them; the engine, kv, store and recall tests still load the
 # default model in the quick one
-QUICK_SKIP=(--ignore=tests/paging --ignore=tests/session --ignore=tests/prompts)
+QUICK_SKIP=(--ignore=tests/session --ignore=tests/prompts)
+for t in damage ingest_ask locations recovery rerank resource_bounds swa; do
+  QUICK_SKIP+=(--ignore="tests/documents/test_$t.py")
+done
 quick=""
 if [ "${1:-}" = "--quick" ]; then
   quick=1

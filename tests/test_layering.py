@@ -9,8 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "cascade_cli"
 #: Packages, lowest first: each may import only those before it (and itself).
 LAYERS = [
-    "cascade_cli", "errors", "documents", "store", "config", "embedding", "registry", "kv",
-    "engine", "recall", "paging", "window", "session", "prompts", "server", "cli", "__main__",
+    "cascade_cli", "errors", "store", "config", "embedding", "registry", "kv", "engine",
+    "recall", "documents", "window", "session", "prompts", "server", "cli", "__main__",
 ]  # fmt: skip
 
 

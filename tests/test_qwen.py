@@ -20,7 +20,7 @@ from cascade_cli.registry import registry
 from tests.cli.ingest_helpers import cli
 from tests.cli.test_chat_cli import chat
 from tests.conftest import MODEL_HOME
-from tests.paging.helpers import NEEDLE, write_text
+from tests.documents.helpers import NEEDLE, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 

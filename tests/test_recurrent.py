@@ -17,8 +17,8 @@ import pytest
 
 from tests.cli.ingest_helpers import cli
 from tests.cli.test_chat_cli import chat
+from tests.documents.helpers import NEEDLE, chunk_rows, doc_id, write_text
 from tests.engine.tiny_gguf import write
-from tests.paging.helpers import NEEDLE, chunk_rows, doc_id, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 
@@ -174,7 +174,7 @@ def test_the_window_goes_back_right_after_a_cut_decode_and_a_restore(
     rhome: tuple[Path, Path],
 ) -> None:
     from cascade_cli.engine import Context, Model
-    from cascade_cli.paging.window import WINDOW_SEQ, Window
+    from cascade_cli.engine.live import WINDOW_SEQ, Window
 
     with Model(rhome[1]) as m, Context(m, 512, 4, 512, 1) as ctx:
         a = m.tokenize("The keeper lit the lamp at dusk and watched the sea all night long.")

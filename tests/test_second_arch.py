@@ -15,7 +15,7 @@ import pytest
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli
 from tests.cli.test_chat_cli import chat
-from tests.paging.helpers import NEEDLE, write_text
+from tests.documents.helpers import NEEDLE, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 

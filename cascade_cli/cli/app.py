@@ -11,7 +11,7 @@ import typer
 
 from cascade_cli import __version__
 from cascade_cli.cli import ask, chat, docs, ingest, models, pull, serve, stats, verify
-from cascade_cli.cli.state import STATE, err, shown
+from cascade_cli.cli.appstate import STATE, err, shown
 from cascade_cli.errors import CascadeError
 
 app = typer.Typer(

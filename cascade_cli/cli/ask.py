@@ -10,16 +10,16 @@ from typing import Annotated
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import Answer, err, out, settings, shown
 from cascade_cli.cli.cite import sources_line
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import Answer, err, out, settings, shown
 from cascade_cli.config import Settings
+from cascade_cli.documents import collection, manifests
+from cascade_cli.documents.catalog import Document
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import SamplerSettings
 from cascade_cli.errors import InputError, NotFoundError, check_name
-from cascade_cli.paging import collection, shared
-from cascade_cli.paging.catalog import Document
-from cascade_cli.paging.library import Library
 from cascade_cli.store.index import INDEX
 from cascade_cli.window.ask import AskResult, ask
 
@@ -214,6 +214,6 @@ def _documents(lib: Library, refs: list[str]) -> list[Document]:
             if lib.remote is None:
                 raise
             # published by another machine: its name becomes a catalog row here
-            docs = [shared.pull(lib, check_name(ref, "document", "cascade ask manual '…'"))]
+            docs = [manifests.pull(lib, check_name(ref, "document", "cascade ask manual '…'"))]
         found.update((d.id, d) for d in docs)
     return list(found.values())

@@ -10,16 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import Answer, err, out, settings, shown
 from cascade_cli.cli.cite import sources_line
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
-from cascade_cli.cli.state import Answer, err, out, settings, shown
 from cascade_cli.config import Settings
+from cascade_cli.documents import collection
+from cascade_cli.documents.library import Library
 from cascade_cli.errors import CascadeError, StoreLockedError
-from cascade_cli.paging import collection
-from cascade_cli.paging.library import Library
-from cascade_cli.session import catalog
+from cascade_cli.session import transcripts
 from cascade_cli.session.chat import ChatSession
-from cascade_cli.session.lock import lock_session
+from cascade_cli.session.exclusive import lock_session
 
 HELP = (
     "Commands: /exit, /reset (erase this session's turns), /history, /stats, "
@@ -110,7 +110,7 @@ def _fresh_name(lib: Library, held: ExitStack) -> str:
         name = base if n == 1 else f"{base}-{n}"
         n += 1
         with lib.disk.lock:
-            if catalog.find(lib.conn, name) is not None:
+            if transcripts.find(lib.conn, name) is not None:
                 continue
         try:
             lock = lock_session(lib.settings.disk_cache_path, name)
@@ -270,7 +270,7 @@ def _chat(
     """Open the model and the store, then chat in the named (or a fresh) session."""
     held = ExitStack()
     if session_name is not None:  # one chat per session, refused before the model loads
-        session_name = catalog.check_name(session_name)
+        session_name = transcripts.check_name(session_name)
         held.callback(lock_session(cfg.disk_cache_path, session_name).release)
     interactive = sys.stdin.isatty()
     with (

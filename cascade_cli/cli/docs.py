@@ -12,12 +12,12 @@ from rich import box
 from rich.table import Table
 
 from cascade_cli.cli import options as opt
-from cascade_cli.cli.state import out, settings, shown
+from cascade_cli.cli.appstate import out, settings, shown
+from cascade_cli.documents import catalog, collection
 from cascade_cli.errors import InputError, NotFoundError
-from cascade_cli.paging import catalog, collection
-from cascade_cli.session import catalog as sessions
 from cascade_cli.session import manage
-from cascade_cli.session.lock import lock_session
+from cascade_cli.session import transcripts as sessions
+from cascade_cli.session.exclusive import lock_session
 from cascade_cli.store import DiskStore, owners
 
 

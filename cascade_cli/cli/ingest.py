@@ -16,17 +16,16 @@ from rich.progress import (
 )
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import err, out, settings, shown
 from cascade_cli.cli.ingest_tree import ingest_dir
 from cascade_cli.cli.interrupt import Deferred
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import err, out, settings, shown
 from cascade_cli.config import Settings, parse_size
-from cascade_cli.documents import Extracted, extract
+from cascade_cli.documents import Extracted, extract, manifests
+from cascade_cli.documents.catalog import Document
+from cascade_cli.documents.ingest import IngestStatus, ingest
+from cascade_cli.documents.library import Library
 from cascade_cli.errors import CascadeError, InputError, StoreError, check_name
-from cascade_cli.paging import shared
-from cascade_cli.paging.catalog import Document
-from cascade_cli.paging.ingest import IngestStatus, ingest
-from cascade_cli.paging.library import Library
 
 
 class _LazyBar:
@@ -199,7 +198,7 @@ def _publish(lib: Library, doc: Document) -> None:
     assert lib.remote is not None
     lib.pager.flush()  # chunks first (published by write-back), then the manifest
     try:
-        done = shared.publish(lib, doc)
+        done = manifests.publish(lib, doc)
     except StoreError as exc:  # the local ingest stands
         err.print(f"[yellow]warning:[/yellow] {shown(exc.one_line())}", soft_wrap=True)
         return

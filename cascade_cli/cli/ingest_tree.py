@@ -1,4 +1,4 @@
-"""`cascade ingest DIR`: a directory as a collection (paging/collection.py), with one bar."""
+"""`cascade ingest DIR`: a directory as a collection (documents/collection.py), with one bar."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cascade_cli.cli.appstate import err, out, shown
 from cascade_cli.cli.interrupt import Deferred
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import err, out, shown
 from cascade_cli.config import Settings
+from cascade_cli.documents import collection
+from cascade_cli.documents.ingest import IngestStatus
+from cascade_cli.documents.ingest import Progress as FileProgress
+from cascade_cli.documents.library import Library
 from cascade_cli.documents.tree import walk
 from cascade_cli.errors import InputError, check_name
-from cascade_cli.paging import collection
-from cascade_cli.paging.ingest import IngestStatus
-from cascade_cli.paging.ingest import Progress as FileProgress
-from cascade_cli.paging.library import Library
 
 
 class _TreeBar:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cascade_cli.config import Settings
+from cascade_cli.documents import collection
 from cascade_cli.errors import NotFoundError
-from cascade_cli.paging import collection
 from cascade_cli.store import DiskStore
 
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
+from cascade_cli.cli.appstate import err, out, shown
 from cascade_cli.cli.docs import rows_table
 from cascade_cli.cli.runtime import pull_progress
-from cascade_cli.cli.state import err, out, shown
 from cascade_cli.config import models_dir
 from cascade_cli.errors import InputError, ModelError
 from cascade_cli.registry import (

@@ -7,11 +7,11 @@ from typing import Annotated
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import out, settings, shown
 from cascade_cli.cli.runtime import embed_path, open_context, open_model
-from cascade_cli.cli.state import out, settings, shown
+from cascade_cli.documents import manifests
+from cascade_cli.documents.library import Library
 from cascade_cli.errors import ConfigError, check_name
-from cascade_cli.paging import shared
-from cascade_cli.paging.library import Library
 
 
 def pull(
@@ -50,7 +50,7 @@ def pull(
         open_context(cfg, m) as ctx,
         Library(cfg, ctx, embed_path=embed_path(cfg)) as lib,
     ):
-        doc = shared.pull(lib, name)
+        doc = manifests.pull(lib, name)
         out.print(
             f"pulled [bold]{shown(doc.name)}[/bold] v{doc.version}: {doc.tokens} tokens, "
             f"{doc.chunks} chunks, {doc.scheme} (chunks stay remote until asked)"

@@ -16,11 +16,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from cascade_cli.cli.state import STATE, err
+from cascade_cli.cli.appstate import STATE, err
 from cascade_cli.config import Settings
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, Model, set_verbose
 from cascade_cli.errors import ConfigError, StoreLockedError
-from cascade_cli.paging.library import Library
 from cascade_cli.registry import Progress as ProgressFn
 from cascade_cli.registry import resolve_model
 

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import STATE, err, settings, shown
 from cascade_cli.cli.runtime import open_context, open_model, writer_library
-from cascade_cli.cli.state import STATE, err, settings, shown
 from cascade_cli.config import Settings
 from cascade_cli.errors import ConfigError
 
@@ -66,9 +66,9 @@ def _is_loopback(sock: socket.socket) -> bool:
 
 def _open_backend(cfg: Settings, system: str | None, stack: ExitStack) -> Any:
     """Model, context, store and prompt service, opened on the worker thread that uses them."""
-    from cascade_cli.prompts.service import PromptService
+    from cascade_cli.prompts.completions import PromptService
     from cascade_cli.server import Backend
-    from cascade_cli.server.stats import recorder
+    from cascade_cli.server.counters import recorder
 
     model = stack.enter_context(open_model(cfg))
     ctx = stack.enter_context(open_context(cfg, model, extra_tokens=EXTRA_TOKENS))

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import out, settings, shown
 from cascade_cli.cli.docs import rows_table
-from cascade_cli.cli.state import out, settings, shown
+from cascade_cli.documents import catalog
 from cascade_cli.errors import NotFoundError
-from cascade_cli.paging import catalog
-from cascade_cli.server import stats as server_stats
+from cascade_cli.server import counters as server_stats
 from cascade_cli.session import manage
 from cascade_cli.store import SNAP, DiskStore, snapshot
 from cascade_cli.store.stats import LATENCY_OPS, REMOTE_COUNTERS, TIERS, empty_histogram

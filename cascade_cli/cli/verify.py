@@ -9,14 +9,14 @@ from typing import Annotated
 import typer
 
 from cascade_cli.cli import options as opt
+from cascade_cli.cli.appstate import out, settings, shown
 from cascade_cli.cli.lookup import require_document
 from cascade_cli.cli.runtime import open_context, open_model
-from cascade_cli.cli.state import out, settings, shown
 from cascade_cli.config import Settings
+from cascade_cli.documents import catalog, manifests
+from cascade_cli.documents import verify as fsck
+from cascade_cli.documents.library import Library
 from cascade_cli.errors import NotFoundError, StoreError, StoreLockedError
-from cascade_cli.paging import catalog, shared
-from cascade_cli.paging import verify as fsck
-from cascade_cli.paging.library import Library
 from cascade_cli.store import DiskStore
 from cascade_cli.store.index import LOCK, writable
 from cascade_cli.store.lock import StoreLock
@@ -82,7 +82,7 @@ def _remote(cfg: Settings, doc: str | None, report: fsck.Report, repair: bool) -
     ):
         docs = [lib.find(doc)] if doc is not None else catalog.documents(lib.conn)
         for d in docs:
-            found = shared.check(lib, d)
+            found = manifests.check(lib, d)
             report.notes.append(
                 f"remote '{d.name}': {found.chunks - len(found.missing) - len(found.damaged)}"
                 f" of {found.chunks} chunks held and readable"
@@ -94,7 +94,7 @@ def _remote(cfg: Settings, doc: str | None, report: fsck.Report, repair: bool) -
                 report.damaged.append(fsck.Finding("remote_missing", f"chunk(s) {fsck._span(found.missing)} not held by the remote tier", doc=d.name))  # fmt: skip
             if repair and gone:
                 try:
-                    done = shared.publish(lib, d)
+                    done = manifests.publish(lib, d)
                     action = f"published again ({done.uploaded} uploaded)"
                 except StoreError as exc:
                     action = f"not published ({exc.message})"

@@ -3,8 +3,8 @@
 from cascade_cli.engine._llama import llama_version, set_verbose
 from cascade_cli.engine.context import Batch, Context, resolve_flash_attn
 from cascade_cli.engine.generate import TokenStream, generate
+from cascade_cli.engine.ggml_libs import library_dir, library_path
 from cascade_cli.engine.model import GGML_TYPE_F16, GGML_TYPE_Q8_0, Model, file_identity
-from cascade_cli.engine.native import library_dir, library_path
 from cascade_cli.engine.sampler import Sampler, SamplerSettings
 
 __all__ = [

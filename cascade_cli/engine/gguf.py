@@ -6,7 +6,7 @@ import ctypes
 from functools import cache
 from pathlib import Path
 
-from cascade_cli.engine.native import library_path
+from cascade_cli.engine.ggml_libs import library_path
 
 
 class _Params(ctypes.Structure):

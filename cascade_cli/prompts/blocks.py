@@ -12,16 +12,16 @@ import logging
 
 import numpy as np
 
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import Turn
-from cascade_cli.prompts import cache, catalog
+from cascade_cli.documents.library import Library
+from cascade_cli.prompts import block_index, cache
 from cascade_cli.prompts.render import Block
+from cascade_cli.recall.plan import Turn
 from cascade_cli.store import ChunkMeta
 from cascade_cli.store.address import address
 from cascade_cli.window.page import Page
 from cascade_cli.window.pages import Pages
 
-log = logging.getLogger("cascade_cli.prompts.service")
+log = logging.getLogger("cascade_cli.prompts.completions")
 
 
 class Blocks:
@@ -38,11 +38,11 @@ class Blocks:
             return []
         if root is None:  # a chat: the system prompt is its own root, the rest the first turn's
             root = blocks[1].hash if len(blocks) > 1 else blocks[0].hash
-        owners = [catalog.owner_for(b.hash if b.turn == 0 else root) for b in blocks]
+        owners = [block_index.owner_for(b.hash if b.turn == 0 else root) for b in blocks]
         with self.lib.disk.transaction() as conn:
-            rows = catalog.lookup(conn, [b.hash for b in blocks])
+            rows = block_index.lookup(conn, [b.hash for b in blocks])
             new = [(b.hash, o) for b, o in zip(blocks, owners, strict=True) if b.hash not in rows]
-            rows.update(catalog.add(conn, new))
+            rows.update(block_index.add(conn, new))
         scheme = self.lib.settings.compression
         pages = []
         for b in blocks:
@@ -67,7 +67,9 @@ class Blocks:
         """A stored block's remote address: its chain hash and the compression it is kept in."""
         owner, _, idx = key.rpartition(":")
         with self.lib.disk.lock:
-            block = catalog.hash_of(self.lib.disk.conn, owner, int(idx)) if idx.isdigit() else None
+            block = (
+                block_index.hash_of(self.lib.disk.conn, owner, int(idx)) if idx.isdigit() else None
+            )
         scheme = meta.scheme if meta is not None else self.lib.settings.compression
         return None if block is None else address("api", scheme, block)
 

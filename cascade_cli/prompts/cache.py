@@ -8,7 +8,7 @@ go, least recently used first (never one the window holds now): rows and passage
 --api` and `cascade verify --repair` delete. Rows whose chunk is already gone (evicted by the
 disk budget, or never saved beside another writer) go too, and a conversation left without rows
 loses its recall tables. A block that comes back is decoded again (clients resend the whole
-conversation) under a new key (catalog.add). Documents and sessions are never touched here, and
+conversation) under a new key (block_index.add). Documents and sessions are never touched here, and
 the store's own disk budget evicts ``api:`` chunks before theirs (store/budget.py).
 """
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 
-from cascade_cli.prompts import catalog
-from cascade_cli.recall import index as recall_index
+from cascade_cli.prompts import block_index
+from cascade_cli.recall import tables as recall_index
 from cascade_cli.store import SNAP, DiskStore
 
-PATTERN = catalog.PREFIX + "*"
+PATTERN = block_index.PREFIX + "*"
 
 
 def _forget_rows(conn: sqlite3.Connection, blocks: list[tuple[str, int]]) -> None:
@@ -31,7 +31,7 @@ def _forget_rows(conn: sqlite3.Connection, blocks: list[tuple[str, int]]) -> Non
     for owner, idx in blocks:
         by_owner[owner].append(idx)
     for owner, idxs in by_owner.items():
-        if catalog.has_table(conn):
+        if block_index.has_table(conn):
             conn.executemany(
                 "DELETE FROM api_blocks WHERE owner = ? AND idx = ?", [(owner, i) for i in idxs]
             )
@@ -63,7 +63,7 @@ def trim(disk: DiskStore, budget: int, keep: set[str]) -> tuple[list[str], int]:
             (PATTERN,),
         ).fetchall()
         stale: list[tuple[str, int]] = []
-        if catalog.has_table(conn):
+        if block_index.has_table(conn):
             stale = conn.execute(
                 "SELECT owner, idx FROM api_blocks b WHERE NOT EXISTS (SELECT 1 FROM chunks c "
                 "WHERE c.key = b.owner || ':' || b.idx)"
@@ -111,7 +111,7 @@ def orphans(disk: DiskStore) -> dict[str, int]:
     many (`cascade verify`)."""
     with disk.lock:
         conn = disk.conn
-        if not catalog.has_table(conn):
+        if not block_index.has_table(conn):
             query = "SELECT owner, COUNT(*) FROM chunks WHERE owner GLOB ? GROUP BY owner"
         else:
             query = (
@@ -125,14 +125,14 @@ def orphans(disk: DiskStore) -> dict[str, int]:
 def clear(disk: DiskStore) -> tuple[int, int]:
     """Remove every conversation the server stored (`cascade rm --api`): (owners, bytes)."""
     with disk.lock:
-        owners = set(catalog.owner_rows(disk.conn))
+        owners = set(block_index.owner_rows(disk.conn))
     stored = disk.owners()
-    owners |= {o for o in stored if o.startswith(catalog.PREFIX)}
-    owners |= {o[len(SNAP) :] for o in stored if o.startswith(SNAP + catalog.PREFIX)}
+    owners |= {o for o in stored if o.startswith(block_index.PREFIX)}
+    owners |= {o[len(SNAP) :] for o in stored if o.startswith(SNAP + block_index.PREFIX)}
     freed = 0
     for owner in sorted(owners):
         with disk.transaction() as conn:
-            catalog.forget(conn, owner)
+            block_index.forget(conn, owner)
             recall_index.forget(conn, owner)
         freed += disk.delete_owner(owner) + disk.delete_owner(SNAP + owner)
     return len(owners), freed

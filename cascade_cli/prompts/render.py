@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from cascade_cli.errors import InputError
 from cascade_cli.prompts.types import Message
 from cascade_cli.store.address import address
-from cascade_cli.window.template import Template
+from cascade_cli.window.turns import Template
 
 
 @dataclass

@@ -12,21 +12,21 @@ import threading
 import time
 from collections.abc import Iterator
 
+from cascade_cli.documents.catalog import Document
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.live import WINDOW_SEQ
 from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import ContextFullError
-from cascade_cli.paging.catalog import Document
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import WINDOW_SEQ
 from cascade_cli.prompts.blocks import Blocks
 from cascade_cli.prompts.render import Block, finished_turn
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Params, Reply, Result, Stop
 from cascade_cli.window.pages import Pages
-from cascade_cli.window.template import Template
+from cascade_cli.window.turns import Template
 
-log = logging.getLogger("cascade_cli.prompts.service")
+log = logging.getLogger("cascade_cli.prompts.completions")
 
 
 class Run:

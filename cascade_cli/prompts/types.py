@@ -77,7 +77,7 @@ class Result:
     ttft_s: float = 0.0
     recall_s: float = 0.0  # searching older turns (long conversations only)
     recalled: list[str] = field(default_factory=list)  # labels of paged-out turns recalled
-    #: where the documents' excerpts in the window came from (paging.locations.cite)
+    #: where the documents' excerpts in the window came from (documents.locations.cite)
     sources: list[dict[str, Any]] = field(default_factory=list)
 
 

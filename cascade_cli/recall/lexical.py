@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
-from cascade_cli.recall import index, scripts
+from cascade_cli.recall import scripts, tables
 
 STOPWORDS = frozenset(
     [
@@ -171,7 +171,7 @@ def _matches(
     """(corpus id → owner; FTS5 rowid and BM25 score of `owners`' passages matching
     `question`, best first — `limit` < 0: all of them). BM25 uses the whole store's
     statistics, so scores compare across owners. `cids`: the owners' corpora, if known."""
-    cids = index.corpora(conn, owners) if cids is None else cids
+    cids = tables.corpora(conn, owners) if cids is None else cids
     if not cids or not query_terms(question):
         return cids, []
     parts = fts_parts(question)
@@ -182,12 +182,12 @@ def _matches(
         for cid in cids:
             rows += conn.execute(
                 f"{select} AND rowid BETWEEN ? AND ? ORDER BY score DESC LIMIT ?",
-                (expr, *index.span(cid), limit),
+                (expr, *tables.span(cid), limit),
             ).fetchall()
         rows.sort(key=lambda r: -r[1])
         return cids, rows[: limit if limit >= 0 else None]
     rows = conn.execute(
-        f"{select} AND (rowid >> {index.CORPUS_SHIFT}) IN (SELECT value FROM json_each(?))"
+        f"{select} AND (rowid >> {tables.CORPUS_SHIFT}) IN (SELECT value FROM json_each(?))"
         " ORDER BY score DESC LIMIT ?",
         (expr, json.dumps(list(cids)), limit),
     ).fetchall()
@@ -195,7 +195,7 @@ def _matches(
 
 
 def _hit(cids: Mapping[int, str], rid: int, score: float) -> PassageHit:
-    cid, chunk, pidx = index.unrowid(rid)
+    cid, chunk, pidx = tables.unrowid(rid)
     return PassageHit(cids[cid], chunk, pidx, float(score))
 
 
@@ -212,7 +212,7 @@ def search(
     the SUBJECT chunks with the largest sum of all their passages' scores — how much of the
     chunk is about the question's words — each with its best passage), from one query.
     `scope`: the only chunks an owner may answer with; `cids`: the owners' corpora (corpus id
-    → owner, index.corpora), if known."""
+    → owner, tables.corpora), if known."""
     mine = set(owners)
     scope = {o: c for o, c in (scope or {}).items() if o in mine}
     cids, rows = _matches(conn, owners, question, -1 if subject or scope else limit, cids)
@@ -221,8 +221,8 @@ def search(
         rows = [
             (rid, sc)
             for rid, sc in rows
-            if (cid := rid >> index.CORPUS_SHIFT) not in ids
-            or (rid >> index.CHUNK_SHIFT) & (index.MAX_CHUNKS - 1) in scope[ids[cid]]
+            if (cid := rid >> tables.CORPUS_SHIFT) not in ids
+            or (rid >> tables.CHUNK_SHIFT) & (tables.MAX_CHUNKS - 1) in scope[ids[cid]]
         ]
     hits = [_hit(cids, rid, sc) for rid, sc in rows[:limit]]
     if not subject:
@@ -230,7 +230,7 @@ def search(
     total: dict[int, float] = {}
     best: dict[int, int] = {}
     for rid, sc in rows:  # best first: a chunk's first row is its best passage
-        key = rid >> index.CHUNK_SHIFT  # the corpus and the chunk
+        key = rid >> tables.CHUNK_SHIFT  # the corpus and the chunk
         total[key] = total.get(key, 0.0) + sc
         best.setdefault(key, rid)
     chunks = heapq.nlargest(SUBJECT, total.items(), key=lambda ks: ks[1])

@@ -8,7 +8,7 @@ import re
 import sqlite3
 from collections.abc import Container, Sequence
 
-from cascade_cli.recall.index import DOCUMENT, Row
+from cascade_cli.recall.tables import DOCUMENT, Row
 
 #: A sentence's end (closing quotes and brackets after it allowed).
 _ENDS = re.compile(r"[.!?。！？][\"'”’)\]」』）]*\s*$")

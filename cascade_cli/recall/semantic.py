@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cascade_cli.recall import index, stackfile, vectors
-from cascade_cli.recall.context import in_context, top
+from cascade_cli.recall import stackfile, tables, vectors
+from cascade_cli.recall.contextual import in_context, top
 from cascade_cli.recall.lexical import PassageHit
 from cascade_cli.store.address import address
 
@@ -148,13 +148,13 @@ class VectorCache:
 
     def get(self, conn: sqlite3.Connection, owners: Sequence[str]) -> Stack:
         key = tuple(owners)
-        seen = index.store_generation(conn)
+        seen = tables.store_generation(conn)
         with self._lock:
             old = self._stacks.pop(key, None)
             if old is not None and old.seen == seen:  # nothing changed anywhere since
                 self._stacks[key] = old  # most recent last
                 return old
-        known = index.generations(conn, key)
+        known = tables.generations(conn, key)
         versions = tuple(known.get(o) for o in key)
         with self._lock:
             if old is not None and old.versions == versions:
@@ -230,7 +230,7 @@ def rank(
     st: Stack, qvec: F32, limit: int = 64, scope: Mapping[str, Container[int]] | None = None
 ) -> list[PassageHit]:
     """The stack's best passages by cosine similarity to `qvec` (unit length), in context (see
-    recall.context), best first, one ranking across its owners (over SCAN_ALL passages, among
+    recall.contextual), best first, one ranking across its owners (over SCAN_ALL passages, among
     the candidates of Stack.candidates); an owner in `scope` answers only with the chunks it
     lists. Reads nothing from the store (it can run beside a lexical search)."""
     if not len(st.ids):

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cascade_cli.errors import InputError
-from cascade_cli.recall import index, lexical, semantic, vectors
+from cascade_cli.recall import lexical, semantic, tables, vectors
 from cascade_cli.recall import rows as stored
 from cascade_cli.recall.focus import focus
 from cascade_cli.recall.passages import Passage, split
@@ -100,7 +100,7 @@ class Recall:
         background thread."""
         passages = [Passage(char_start + p.start, p.text) for p in split(text)]
         with self.disk.transaction() as conn:
-            index.add(conn, owner, chunk, passages)
+            tables.add(conn, owner, chunk, passages)
         if self.semantic:
             self._jobs = [j for j in self._jobs if not j.done()]
             self._jobs.append(self._pool.submit(self._embed, [owner]))
@@ -123,23 +123,23 @@ class Recall:
     def indexed(self, owner: str) -> set[int]:
         """Chunk indices of `owner` with passages."""
         with self.disk.lock:
-            return index.chunks_indexed(self.disk.conn, owner)
+            return tables.chunks_indexed(self.disk.conn, owner)
 
     def indexed_counts(self, owners: Sequence[str]) -> dict[str, int]:
         """How many chunks of each of `owners` are indexed (one query for a collection)."""
         with self.disk.lock:
-            return index.chunk_counts(self.disk.conn, owners)
+            return tables.chunk_counts(self.disk.conn, owners)
 
     def drop_from(self, owner: str, chunk: int) -> None:
         """Forget `owner`'s chunks from `chunk` on (an ingest about to redo them)."""
         with self.disk.transaction() as conn:
-            index.drop_from(conn, owner, chunk)
+            tables.drop_from(conn, owner, chunk)
 
     def forget(self, owner: str) -> None:
         """Drop an owner's recall index."""
         self.flush()
         with self.disk.transaction() as conn:
-            index.forget(conn, owner)
+            tables.forget(conn, owner)
         self.cache.drop(owner)
 
     def pending(self, owners: Sequence[str]) -> int:
@@ -247,10 +247,10 @@ class Recall:
         t0 = time.perf_counter()
         with self.disk.lock:
             conn = self.disk.conn
-            seen = index.store_generation(conn)
+            seen = tables.store_generation(conn)
             key = tuple(owners)
             if self._corpora is None or self._corpora[:2] != (key, seen):
-                self._corpora = (key, seen, index.corpora(conn, owners))
+                self._corpora = (key, seen, tables.corpora(conn, owners))
             found, about = lexical.search(
                 conn, owners, query, limit, subject=subject, scope=scope, cids=self._corpora[2]
             )
@@ -277,4 +277,4 @@ class Recall:
 
     def passage_counts(self, owner: str) -> dict[int, int]:
         with self.disk.lock:
-            return index.passage_counts(self.disk.conn, owner)
+            return tables.passage_counts(self.disk.conn, owner)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from cascade_cli.recall.index import Row, bump, corpora, owners_json
+from cascade_cli.recall.tables import Row, bump, corpora, owners_json
 
 
 def unembedded(conn: sqlite3.Connection, owners: Sequence[str], limit: int = 1 << 30) -> list[Row]:

@@ -17,8 +17,8 @@ from cascade_cli.engine.reasoning import Thought
 from cascade_cli.errors import Cancelled, CascadeError
 from cascade_cli.prompts.types import Result
 from cascade_cli.server import validate
-from cascade_cli.server.errors import ApiError, from_cascade, internal
 from cascade_cli.server.limits import Limits, check_type, queue_full, read_body
+from cascade_cli.server.openai_errors import ApiError, from_cascade, internal
 from cascade_cli.server.policy import Guard, Policy
 from cascade_cli.server.responses import Shape, now, sse
 from cascade_cli.server.worker import Engine, Job, Worker

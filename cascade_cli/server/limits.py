@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from cascade_cli.server.errors import ApiError
+from cascade_cli.server.openai_errors import ApiError
 
 
 @dataclass(frozen=True)

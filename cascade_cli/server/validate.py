@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cascade_cli.prompts.types import ROLES, Message, Params
-from cascade_cli.server.errors import ApiError, bad_field
 from cascade_cli.server.limits import Limits
+from cascade_cli.server.openai_errors import ApiError, bad_field
 
 #: OpenAI's limit on stop sequences.
 MAX_STOP = 4

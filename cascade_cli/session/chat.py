@@ -15,17 +15,17 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cascade_cli.documents import locations
 from cascade_cli.engine import Sampler
 from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.live import WINDOW_SEQ
 from cascade_cli.engine.reasoning import thought_tokens
 from cascade_cli.errors import InputError
-from cascade_cli.paging import locations
-from cascade_cli.paging.window import WINDOW_SEQ
-from cascade_cli.session import catalog
-from cascade_cli.session.catalog import Chunk
+from cascade_cli.session import transcripts
 from cascade_cli.session.manage import remove
 from cascade_cli.session.restore import drop_unfinished, index_missing, open_window
 from cascade_cli.session.state import SessionState
+from cascade_cli.session.transcripts import Chunk
 from cascade_cli.window.layout import lay_out
 
 __all__ = ["ChatSession", "TurnStats"]
@@ -68,7 +68,7 @@ class ChatSession(SessionState):
     # ---- turns --------------------------------------------------------------------------------
 
     def sources(self) -> list[dict[str, Any]]:
-        """Where the last reply's document excerpts came from (paging.locations.cite)."""
+        """Where the last reply's document excerpts came from (documents.locations.cite)."""
         last = self.last
         with self.lib.disk.lock:
             return locations.cite(
@@ -165,7 +165,7 @@ class ChatSession(SessionState):
             made.append(self.chunks[idx])
         with self.lib.disk.transaction() as conn:
             for chunk in made:
-                catalog.put_chunk(conn, self.s, chunk)
+                transcripts.put_chunk(conn, self.s, chunk)
         system = self.page(self.s.key(0))
         pages = [self.page(self.s.key(c.idx)) for c in made]
         self.count(self.pages.page_through(system, pages, self.reserve + len(closing)))
@@ -203,11 +203,11 @@ class ChatSession(SessionState):
         self.s.tokens = sum(len(c.tokens) for i, c in self.chunks.items() if i)
         self.s.layout = self.pages.keys
         with self.lib.disk.transaction() as conn:
-            catalog.add_message(conn, self.s, turn, "user", text, self.tpl.user(text))
-            catalog.add_message(conn, self.s, turn, "assistant", reply_text, reply + close)
+            transcripts.add_message(conn, self.s, turn, "user", text, self.tpl.user(text))
+            transcripts.add_message(conn, self.s, turn, "assistant", reply_text, reply + close)
             for chunk in made:
-                catalog.put_chunk(conn, self.s, chunk)
-            catalog.update(conn, self.s)
+                transcripts.put_chunk(conn, self.s, chunk)
+            transcripts.update(conn, self.s)
         index_missing(self)
 
     # ---- commands -------------------------------------------------------------------------------
@@ -221,17 +221,17 @@ class ChatSession(SessionState):
     def history(self) -> list[tuple[int, str, str]]:
         """(turn, role, text) of every message."""
         with self.lib.disk.lock:
-            return [(m.turn, m.role, m.text) for m in catalog.messages(self.lib.conn, self.s)]
+            return [(m.turn, m.role, m.text) for m in transcripts.messages(self.lib.conn, self.s)]
 
     def reset(self) -> int:
         """Erase the conversation (keeps the system prompt and settings); returns turns erased."""
         erased = self.s.turns
         with self.lib.disk.transaction() as conn:
-            catalog.clear(conn, self.s)
+            transcripts.clear(conn, self.s)
             self.s.turns = 0
             self.s.tokens = 0
             self.s.layout = []
-            catalog.update(conn, self.s)
+            transcripts.update(conn, self.s)
         self.pages.reset()
         self.chunks = {}
         self.sampler.reset()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cascade_cli.recall import index as recall_index
-from cascade_cli.session import catalog
-from cascade_cli.session.catalog import Session
+from cascade_cli.recall import tables as recall_index
+from cascade_cli.session import transcripts
+from cascade_cli.session.transcripts import Session
 from cascade_cli.store import SNAP, DiskStore, owners
 
 
@@ -15,16 +15,16 @@ def remove(disk: DiskStore, s: Session) -> int:
     bytes freed. A crash in between leaves chunks without a row, which `sweep` deletes."""
     with disk.transaction() as conn:
         recall_index.forget(conn, s.owner)
-        catalog.delete(conn, s)
+        transcripts.delete(conn, s)
     return disk.delete_owner(s.owner) + disk.delete_owner(SNAP + s.owner)
 
 
 def sweep(disk: DiskStore) -> int:
     """Delete the chunks of sessions whose rows are gone; returns bytes freed."""
     with disk.lock:
-        if not catalog.has_tables(disk.conn):
+        if not transcripts.has_tables(disk.conn):
             return 0
-        stale = catalog.orphan_owners(disk.conn, disk.owners())
+        stale = transcripts.orphan_owners(disk.conn, disk.owners())
     return sum(disk.delete_owner(o) for o in stale)
 
 
@@ -32,7 +32,7 @@ def rows(disk: DiskStore) -> list[dict[str, Any]]:
     """What `cascade sessions --json` and `cascade stats --json` print per session."""
     with disk.lock:
         sizes = {o["owner"]: o for o in owners(disk.conn)}
-        found = catalog.sessions(disk.conn)
+        found = transcripts.sessions(disk.conn)
     result = []
     for s in found:
         agg = sizes.get(s.owner, {})

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
-from cascade_cli.paging.plan import staying
-from cascade_cli.session import catalog
-from cascade_cli.session.catalog import Chunk
+from cascade_cli.recall.plan import staying
+from cascade_cli.session import transcripts
 from cascade_cli.session.state import SessionState
+from cascade_cli.session.transcripts import Chunk
 from cascade_cli.store import SNAP
 
 
@@ -70,7 +70,7 @@ def drop_unfinished(chat: SessionState) -> None:
 def rechunk(chat: SessionState, system: list[int], reason: str | None) -> None:
     """(Re)build every chunk's token ids from the transcript with this model's template."""
     with chat.lib.disk.lock:
-        turns = catalog.turns(chat.lib.conn, chat.s)
+        turns = transcripts.turns(chat.lib.conn, chat.s)
     chunks = [Chunk(0, 0, system, "")]
     for turn, user, reply in turns:
         chunks += turn_chunks(chat, len(chunks), turn, user, reply)
@@ -93,10 +93,10 @@ def rechunk(chat: SessionState, system: list[int], reason: str | None) -> None:
     recent = [chat.s.key(c.idx) for c in chunks[len(chunks) - n :]] if n else []
     chat.s.layout = [chat.s.key(0), *recent]
     with chat.lib.disk.transaction() as conn:
-        catalog.forget_chunks(conn, chat.s)
+        transcripts.forget_chunks(conn, chat.s)
         for c in chunks:
-            catalog.put_chunk(conn, chat.s, c)
-        catalog.update(conn, chat.s)
+            transcripts.put_chunk(conn, chat.s, c)
+        transcripts.update(conn, chat.s)
     chat.chunks = {c.idx: c for c in chunks}
 
 
@@ -120,6 +120,6 @@ def index_missing(chat: SessionState) -> None:
         chat.recall.index(chat.s.owner, c.idx, c.text)
     if todo:
         with chat.lib.disk.transaction() as conn:
-            catalog.mark_indexed(conn, chat.s, [c.idx for c in todo])
+            transcripts.mark_indexed(conn, chat.s, [c.idx for c in todo])
         for c in todo:
             c.indexed = True

@@ -15,18 +15,18 @@ from typing import Any
 import numpy as np
 
 from cascade_cli.config import Settings
+from cascade_cli.documents import catalog as docs
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, SamplerSettings
 from cascade_cli.errors import InputError
-from cascade_cli.paging import catalog as docs
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import Turn, block_for, reserve
 from cascade_cli.recall import Recall
-from cascade_cli.session import catalog
-from cascade_cli.session.catalog import Session
+from cascade_cli.recall.plan import Turn, block_for, reserve
+from cascade_cli.session import transcripts
+from cascade_cli.session.transcripts import Session
 from cascade_cli.store import ChunkMeta
 from cascade_cli.window.page import Page, Placed
 from cascade_cli.window.pages import Pages
-from cascade_cli.window.template import template
+from cascade_cli.window.turns import template
 
 
 def defaults(cfg: Settings) -> dict[str, Any]:
@@ -79,26 +79,26 @@ class SessionState:
         self.pages = Pages(ctx, lib, self.window)
         self.totals = Totals()
         self.created = False
-        name = catalog.check_name(name)
+        name = transcripts.check_name(name)
         fp = ctx.fingerprint()
         for doc in self.docs:
             self.check_doc(doc, fp)
         with lib.disk.transaction() as conn:
-            row = catalog.find(conn, name)
+            row = transcripts.find(conn, name)
             if row is None:
                 if not create:
                     raise InputError(f"no chat session named {name!r}", "See `cascade sessions`.")
                 # the system prompt is kept (chunk 0 is its KV); sampling follows the settings
                 settings = {"system": lib.settings.system, **(overrides or {})}
-                row = catalog.create(
+                row = transcripts.create(
                     conn, name, self.model.path.name, fp, lib.settings.compression, settings
                 )
                 self.created = True
             elif overrides:
                 row.settings = {**row.settings, **overrides}
-                catalog.update(conn, row)
+                transcripts.update(conn, row)
             self.s: Session = row
-            self.chunks = {c.idx: c for c in catalog.chunks(conn, row)}
+            self.chunks = {c.idx: c for c in transcripts.chunks(conn, row)}
         self.opened()
 
     def opened(self) -> None:

@@ -4,7 +4,7 @@ The codec stays outside ``store/``: pass ``encode(blob, scheme) -> bytes`` (the 
 ``encode``) and ``decode(payload[, at]) -> state`` (e.g. ``codec.decode`` with the model's RoPE;
 ``at`` asks for the state moved so that its chunk starts at that position).
 
-A ``remote`` source (paging.remote) adds the tier below disk: a chunk the disk lacks (or holds
+A ``remote`` source (documents.remote_source) adds the tier below disk: a chunk the disk lacks (or holds
 damaged) is fetched from it on the reader threads, decoded, and saved to disk on the write-back
 threads; a chunk saved to disk is published to it from the write-back thread, after its commit.
 """

@@ -1,7 +1,7 @@
 """The remote tier: chunk payloads in Redis (or Valkey), shared by every machine that uses it.
 
 Below the disk tier: a chunk the disk does not hold is looked up here by its content address
-(see paging.remote for how addresses are made), and a chunk committed to the disk is published
+(see documents.remote_source for how addresses are made), and a chunk committed to the disk is published
 here by the write-back thread. Redis is a cache (``maxmemory`` with an LRU policy): anything may
 be gone at any time, and a miss costs a recompute, never an error.
 

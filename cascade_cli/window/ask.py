@@ -1,8 +1,8 @@
 """`ask`: a question about ingested documents, laid out and answered by the window engine.
 
-The request is the document frame's sink (paging/prompt.py: the system prompt and the user
+The request is the document frame's sink (documents/frame.py: the system prompt and the user
 turn's opening, whose KV ingest computed each chunk after), the chunks the planner recalls
-(paging/plan.py) in window order, the quote — a note copying the best passage's cells from its
+(recall/plan.py) in window order, the quote — a note copying the best passage's cells from its
 chunk in the window — and the question. The window engine (window/pages.py) places them as it
 places a chat turn's or a served request's pages: restored from RAM, disk or the remote tier,
 a damaged chunk recomputed in its ingest context, a recurrent model's longest stored prefix
@@ -14,27 +14,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from cascade_cli.config import Settings
+from cascade_cli.documents import catalog, locations
+from cascade_cli.documents.frame import Frame, frame, question_tail, question_tokens
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.reindex import Notice, ensure_indexed, quiet
+from cascade_cli.documents.sink import OWNER as SINK
+from cascade_cli.documents.sink import sink_key
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.live import WINDOW_SEQ
 from cascade_cli.engine.reasoning import Thought
 from cascade_cli.engine.template import tokenize_parts
 from cascade_cli.errors import NotFoundError
-from cascade_cli.paging import catalog, locations
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import ORDER, QUOTE, Request
-from cascade_cli.paging.plan import plan as planned
-from cascade_cli.paging.plan import reserve as reserve_for
-from cascade_cli.paging.prompt import Frame, frame, question_tail, question_tokens
-from cascade_cli.paging.reindex import Notice, ensure_indexed, quiet
-from cascade_cli.paging.sink import OWNER as SINK
-from cascade_cli.paging.sink import sink_key
-from cascade_cli.paging.window import WINDOW_SEQ
+from cascade_cli.recall.plan import ORDER, QUOTE, Request
+from cascade_cli.recall.plan import plan as planned
+from cascade_cli.recall.plan import reserve as reserve_for
 from cascade_cli.store import ChunkMeta
 from cascade_cli.window.layout import Layout, NoteFrame, note, rerank_note
 from cascade_cli.window.page import Page
@@ -59,7 +59,7 @@ class AskResult:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     sink: dict[str, Any] = field(default_factory=dict)
     passages: list[str] = field(default_factory=list)
-    #: where the answer's chunks are in the source (paging.locations.sources)
+    #: where the answer's chunks are in the source (documents.locations.sources)
     sources: list[dict[str, Any]] = field(default_factory=list)
     #: the passages the rerank step scored: chunk, passage, score, quoted, text
     quotes: list[dict[str, Any]] = field(default_factory=list)
@@ -100,14 +100,14 @@ def question_pages(
     rerank: str = RERANK,
     cue: str = Settings.ask_cue,
 ) -> Asked:
-    """The pages for a question about `docs` under the planner's request `req` (its head and
-    tail are set here): the sink, the recalled chunks, and — where the window can copy cells
-    (`copies`) and one passage is quoted — a note copying it; else the quoted passages are
-    decoded with the question (paging.prompt.question_tokens)."""
+    """The pages for a question about `docs` under the planner's request `req` (planned with
+    the frame's sink as its head and the question's tokens added to its tail): the sink, the
+    recalled chunks, and — where the window can copy cells (`copies`) and one passage is
+    quoted — a note copying it; else the quoted passages are decoded with the question
+    (documents.frame.question_tokens)."""
     fr = frame(model, cue=cue)
     bare = question_tokens(model, fr, question)
-    req.head, req.tail = len(fr.prefix), req.tail + len(bare)
-    laid = planned(lib.recall, req)
+    laid = planned(lib.recall, replace(req, head=len(fr.prefix), tail=req.tail + len(bare)))
     by_owner = {d.owner: d for d in docs}
     sink = _sink(fr.prefix, docs[0].scheme)
     out = Layout([sink], plan=laid)

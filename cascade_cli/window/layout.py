@@ -1,4 +1,4 @@
-"""A conversation's window as pages: the planner's layout (paging/plan.py) for chat sessions and
+"""A conversation's window as pages: the planner's layout (recall/plan.py) for chat sessions and
 the server's requests alike.
 
 The window holds the system prompt, then the excerpts recalled from documents (each document's
@@ -16,10 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cascade_cli.documents import catalog as docs
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Model
-from cascade_cli.paging import catalog as docs
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import (
+from cascade_cli.engine.live import Window
+from cascade_cli.recall import rerank
+from cascade_cli.recall.focus import CUT, unmarked
+from cascade_cli.recall.passages import SPEAKER
+from cascade_cli.recall.plan import (
     QUOTE_ROOM,
     QUOTE_WORDS,
     Plan,
@@ -29,15 +33,11 @@ from cascade_cli.paging.plan import (
     plan,
     query_of,
 )
-from cascade_cli.paging.window import Window
-from cascade_cli.recall import rerank
-from cascade_cli.recall.focus import CUT, unmarked
-from cascade_cli.recall.passages import SPEAKER
 from cascade_cli.recall.rerank import token_span
 from cascade_cli.recall.select import Hit
 from cascade_cli.store.address import address
 from cascade_cli.window.page import Page
-from cascade_cli.window.template import Template
+from cascade_cli.window.turns import Template
 
 
 @dataclass

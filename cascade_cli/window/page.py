@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cascade_cli.paging import catalog
+from cascade_cli.documents import catalog
 from cascade_cli.store import ChunkMeta
 
 if TYPE_CHECKING:
-    from cascade_cli.paging.window import Window
+    from cascade_cli.engine.live import Window
 
 
 @dataclass

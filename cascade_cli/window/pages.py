@@ -13,7 +13,7 @@ chunk's state is not also kept in the RAM tier (the window holds it). A chunk th
 serve (missing, damaged, another model's or other tokens') is recomputed from its token ids at
 the window's end (seeing the whole window before it) and moved into place — except a
 document's chunk whose stored state is damaged, which is recomputed where ingest made it
-(paging/recompute.py, the one policy `ask` uses too): the window is emptied for that, then laid
+(documents/recompute.py, the one policy `ask` uses too): the window is emptied for that, then laid
 out again from the store.
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.recompute import recompute
 from cascade_cli.engine import Context
+from cascade_cli.engine.live import Window
 from cascade_cli.errors import Cancelled, ContextFullError, CorruptChunkError, NotFoundError
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.recompute import recompute
-from cascade_cli.paging.window import Window
 from cascade_cli.window import prefix
 from cascade_cli.window.page import Page, Placed
 from cascade_cli.window.positions import adjacent, placement

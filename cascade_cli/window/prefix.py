@@ -26,10 +26,10 @@ from typing import Protocol
 
 import numpy as np
 
+from cascade_cli.documents.library import Library
 from cascade_cli.engine.context import Buffer
+from cascade_cli.engine.live import Window
 from cascade_cli.errors import Cancelled, NotFoundError, StoreError
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import Window
 from cascade_cli.store import SNAP, ChunkMeta
 from cascade_cli.store.address import address
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cli.helpers import run_cli
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     SMALL,
     chunk_rows,
     doc_id,

@@ -21,7 +21,7 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import cli, ingest
-from tests.paging.helpers import NEEDLE, env_for, query, write_text
+from tests.documents.helpers import NEEDLE, env_for, query, write_text
 from tests.wait import until
 
 pytestmark = pytest.mark.subprocess

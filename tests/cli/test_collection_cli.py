@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.ingest_helpers import ask_json, assert_error_last, cli
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     SMALL,
     env_for,
     kill_after_chunks,

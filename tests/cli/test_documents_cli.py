@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cascade_cli.paging import catalog, locations
+from cascade_cli.documents import catalog, locations
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import ask_json, cli, docs_json, store_with_x
 from tests.documents import makers
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     NEEDLE,
     SMALL,
     chunk_rows,

@@ -12,7 +12,7 @@ import pytest
 from cascade_cli.documents.wrap import unwrap
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, docs_json, store_with_x
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     SMALL,
     chunk_rows,
     data_bytes,

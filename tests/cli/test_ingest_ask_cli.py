@@ -21,7 +21,7 @@ from tests.cli.ingest_helpers import (
     ingest,
     stats_json,
 )
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     NEEDLE,
     SMALL,
     chunk_rows,
@@ -351,7 +351,7 @@ def _drop_recall_rows(home: Path, owner: str, vectors_only: bool = False) -> Non
     """Make the store look as one written before passage recall (or before embeddings)."""
     import sqlite3
 
-    from cascade_cli.recall import index
+    from cascade_cli.recall import tables
 
     conn = sqlite3.connect(home / "store" / "index.sqlite")
     try:
@@ -359,7 +359,7 @@ def _drop_recall_rows(home: Path, owner: str, vectors_only: bool = False) -> Non
         if vectors_only:
             conn.execute("UPDATE recall_passages SET vec = NULL WHERE corpus = ?", (cid,))
         else:
-            conn.execute("DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", index.span(cid))
+            conn.execute("DELETE FROM recall_fts WHERE rowid BETWEEN ? AND ?", tables.span(cid))
             conn.execute("DELETE FROM recall_passages WHERE corpus = ?", (cid,))
             conn.execute("DELETE FROM recall_corpora WHERE id = ?", (cid,))
         conn.commit()

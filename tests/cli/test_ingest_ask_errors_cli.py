@@ -17,7 +17,7 @@ from tests.cli.ingest_helpers import (
     cli,
     ingest,
 )
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     SMALL,
     chunk_rows,
     data_bytes,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, ingest, stats_json
-from tests.paging.helpers import SMALL, popen_cli, wait_for_chunks, write_text
+from tests.documents.helpers import SMALL, popen_cli, wait_for_chunks, write_text
 from tests.wait import until
 
 pytestmark = pytest.mark.subprocess

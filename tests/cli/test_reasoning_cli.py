@@ -9,8 +9,8 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import ask_json, cli, ingest
+from tests.documents.helpers import write_text
 from tests.engine.retemplate import THINK, retemplate
-from tests.paging.helpers import write_text
 
 pytestmark = pytest.mark.subprocess
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.ingest_helpers import ask_json, ingest
-from tests.paging.helpers import doc_id, passage_rows
+from tests.documents.helpers import doc_id, passage_rows
 from tests.recall.scripts_text import (
     JA_PARAGRAPHS,
     JA_QUESTION,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.cli.ingest_helpers import ask_json, ingest
-from tests.paging.helpers import NEEDLE, write_text
+from tests.documents.helpers import NEEDLE, write_text
 
 pytestmark = pytest.mark.subprocess
 

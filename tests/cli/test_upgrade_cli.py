@@ -16,7 +16,7 @@ import pytest
 
 from cascade_cli.prompts.render import block_address
 from tests.cli.ingest_helpers import ASK_SMALL, cli
-from tests.paging.helpers import ROOT, SMALL, env_for, query, write_text
+from tests.documents.helpers import ROOT, SMALL, env_for, query, write_text
 
 #: The last commit before the one content address (stop 35's main).
 RELEASE = "7e97164"

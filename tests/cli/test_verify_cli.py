@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import ask_json, check_answer_shape, cli, ingest
-from tests.paging.helpers import chunk_rows, doc_id, write_text
+from tests.documents.helpers import chunk_rows, doc_id, write_text
 
 pytestmark = pytest.mark.subprocess
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cascade_cli.documents.frame import frame
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.reasoning import Splitter, Thought, opening, thought_tokens
-from cascade_cli.paging.prompt import frame
-from cascade_cli.window.template import template
+from cascade_cli.window.turns import template
 from tests.engine.retemplate import THINK, retemplate
 
 HARMONY = THINK.replace("<think>", "<|channel|>analysis<|message|>")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.documents.helpers import SMALL, write_text
 from tests.faults.helpers import run
-from tests.paging.helpers import SMALL, write_text
 
 
 @pytest.fixture(scope="package")

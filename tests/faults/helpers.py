@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade_cli.store.files import CRASH_ENV
-from tests.paging.helpers import SMALL, chunk_rows, env_for, query, write_text
+from tests.documents.helpers import SMALL, chunk_rows, env_for, query, write_text
 
 QUESTION = "Who is Sir Walter Elliot?"
 LEFTOVERS = {"temp_file", "orphan_file"}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.documents.helpers import chunk_rows, query, write_text
 from tests.faults.helpers import LEFTOVERS, ask_args, new_doc, rows_of, run, settle
-from tests.paging.helpers import chunk_rows, query, write_text
 
 pytestmark = pytest.mark.subprocess
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.cli.helpers import assert_one_line_error
 from tests.cli.ingest_helpers import assert_error_last
+from tests.documents.helpers import data_bytes, doc_rows
 from tests.faults.helpers import LEFTOVERS, ask_args, new_doc, run, settle
-from tests.paging.helpers import data_bytes, doc_rows
 
 pytestmark = pytest.mark.subprocess
 

@@ -10,10 +10,10 @@ from typing import cast
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, Model
-from cascade_cli.paging.library import Library
+from cascade_cli.prompts.completions import PromptService
 from cascade_cli.prompts.render import Block, chain, segments
-from cascade_cli.prompts.service import PromptService
 from cascade_cli.prompts.types import Message, Params
 
 WINDOW = 512

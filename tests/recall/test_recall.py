@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from cascade_cli.recall import Recall, fuse, lexical, semantic
-from cascade_cli.recall.context import in_context
+from cascade_cli.recall.contextual import in_context
 from cascade_cli.recall.focus import focus
 from cascade_cli.recall.lexical import PassageHit, query_terms
 from cascade_cli.recall.passages import MAX_WORDS, split
 from cascade_cli.recall.select import to_quote
 from cascade_cli.store import DiskStore
-from tests.paging.helpers import SAMPLE
+from tests.documents.helpers import SAMPLE
 from tests.recall.conftest import Lib
 
 OWNER = "doc:1"
@@ -218,14 +218,14 @@ def test_recreated_corpus_is_not_served_from_the_cache(recall: Recall) -> None:
     question = "What secret number was I asked to remember?"
     index_all(recall, haystack(6, SECRET, at=2))
     assert rank_of(recall, question, "semantic", 2) == 0
-    from cascade_cli.recall import index
+    from cascade_cli.recall import tables
 
-    before = index.generation(recall.disk.conn, OWNER)
+    before = tables.generation(recall.disk.conn, OWNER)
     recall.disk.conn.execute("BEGIN")
-    index.forget(recall.disk.conn, OWNER)  # as a document removal does, beside the cache
+    tables.forget(recall.disk.conn, OWNER)  # as a document removal does, beside the cache
     recall.disk.conn.execute("COMMIT")
     index_all(recall, haystack(6, SECRET, at=4))
-    after = index.generation(recall.disk.conn, OWNER)
+    after = tables.generation(recall.disk.conn, OWNER)
     assert before is not None and after is not None
     assert before[0] != after[0] and after[0] != "None"  # each corpus its own uid
     assert rank_of(recall, question, "semantic", 4) == 0
@@ -233,10 +233,10 @@ def test_recreated_corpus_is_not_served_from_the_cache(recall: Recall) -> None:
     conn = recall.disk.conn
     conn.execute("BEGIN")
     conn.execute("UPDATE recall_corpora SET uid = NULL")
-    index.m004_corpus_uid_filled(conn)
+    tables.m004_corpus_uid_filled(conn)
     conn.execute("COMMIT")
     uids = [u for (u,) in conn.execute("SELECT uid FROM recall_corpora")]
-    assert uids and all(u for u in uids) and index.generation(conn, OWNER) != after
+    assert uids and all(u for u in uids) and tables.generation(conn, OWNER) != after
 
 
 def test_semantic_scores_in_context() -> None:

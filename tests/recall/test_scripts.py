@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from cascade_cli.recall import Recall, index
+from cascade_cli.recall import Recall, tables
 from cascade_cli.recall.passages import split
 from cascade_cli.recall.scripts import searchable, terms
 from tests.recall.scripts_text import (
@@ -74,12 +74,12 @@ def test_needle_found_by_lexical_and_semantic_recall(
 
 
 def test_an_index_written_before_is_split_and_indexed_again(recall: Recall) -> None:
-    """The recall migration (index.m006): a store whose Chinese chunk was indexed as one token
+    """The recall migration (tables.m006): a store whose Chinese chunk was indexed as one token
     run and one long passage finds the needle after it, once; English chunks are untouched."""
     conn = recall.disk.conn
     english = "The best thing to do in Bath is walk. Then rest."
     with recall.disk.transaction() as c:
-        cid = index.corpus_id(c, OWNER, create=True) or 0
+        cid = tables.corpus_id(c, OWNER, create=True) or 0
         text = "".join(ZH_PARAGRAPHS)
         for chunk, body in enumerate([text, english]):
             c.execute(
@@ -88,12 +88,12 @@ def test_an_index_written_before_is_split_and_indexed_again(recall: Recall) -> N
             )  # as the old code split them: no 。 ends, the raw text in FTS5
             c.execute(
                 "INSERT INTO recall_fts (rowid, text) VALUES (?, ?)",
-                (index.rowid(cid, chunk, 0), body),
+                (tables.rowid(cid, chunk, 0), body),
             )
     assert recall.search([OWNER], ZH_QUESTION, "bm25") == []
     with recall.disk.transaction() as c:
-        index.m006_unspaced_scripts(c)
-        index.rebuild_fts(c)  # m007, which follows it
+        tables.m006_unspaced_scripts(c)
+        tables.rebuild_fts(c)  # m007, which follows it
     rows = conn.execute(
         "SELECT chunk, start, text FROM recall_passages ORDER BY chunk, pidx"
     ).fetchall()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cascade_cli.store import remote as remote_mod
-from tests.paging.conftest import ctx  # noqa: F401  (the in-process tests' small context)
+from tests.documents.conftest import ctx  # noqa: F401  (the in-process tests' small context)
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 
 

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents import manifests
+from cascade_cli.documents.ingest import ingest
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.remote_source import record_of
 from cascade_cli.engine import Context
 from cascade_cli.errors import StoreError
-from cascade_cli.paging import shared
-from cascade_cli.paging.ingest import ingest
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.remote import record_of
 from cascade_cli.store import snapshot
 from cascade_cli.window.ask import AskResult, ask
-from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, write_text
+from tests.documents.helpers import BLOCK, NEEDLE, WINDOW, write_text
 from tests.remote.conftest import Clock
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 
@@ -56,17 +56,17 @@ def test_redis_killed_mid_ingest_then_mid_ask(
         assert doc.status == "ready" and doc.chunks >= 4  # the local ingest is whole
         lib.pager.flush()
         with pytest.raises(StoreError, match="unavailable"):
-            shared.publish(lib, doc)
+            manifests.publish(lib, doc)
         del lib.remote.tier.put  # (no more kills)
         redis_server.start()  # back, empty: the tier reconnects by itself
         tier_clock.retry_passes()
-        done = shared.publish(lib, doc)
+        done = manifests.publish(lib, doc)
         assert done.uploaded == doc.chunks and not done.missing
         assert snapshot(lib.disk)["tiers"]["remote"]["errors"] >= 1
 
     with Library(settings(tmp_path / "b", url), ctx) as lib:
         assert lib.remote is not None
-        pulled = shared.pull(lib, "book")
+        pulled = manifests.pull(lib, "book")
         assert pulled.chunks == doc.chunks and not lib.disk.chunks(pulled.owner)
         kill_after_first(lib.remote.tier, "get", redis_server)
         result = AskResult(doc="book")
@@ -91,10 +91,10 @@ def test_a_value_that_does_not_decode_is_recomputed(
     with Library(settings(tmp_path / "a", url), ctx) as lib:
         doc = ingest(ctx, lib, write_text(tmp_path / "t.txt", 1200), "t", "utf-8", lambda s: None)
         lib.pager.flush()
-        shared.publish(lib, doc)
+        manifests.publish(lib, doc)
     with Library(settings(tmp_path / "b", url), ctx) as lib:
         assert lib.remote is not None
-        pulled = shared.pull(lib, "t")
+        pulled = manifests.pull(lib, "t")
         addresses = [lib.remote.chain(pulled, i) for i in range(pulled.chunks)]
         for i, address in enumerate(addresses):
             assert address is not None

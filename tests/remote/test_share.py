@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.ingest_helpers import ask_json, cli, docs_json, ingest, stats_json
-from tests.paging.helpers import NEEDLE, write_text
+from tests.documents.helpers import NEEDLE, write_text
 from tests.remote.redis_proc import REDIS, SKIP_REASON, RedisProc
 from tests.server.helpers import MODEL, Server, make_home
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.paging.helpers import env_for
+from tests.documents.helpers import env_for
 from tests.wait import until
 
 MODEL = "smollm2-135m"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.ingest_helpers import cli
-from tests.paging.helpers import SMALL as INGEST_SMALL
-from tests.paging.helpers import sample_text
+from tests.documents.helpers import SMALL as INGEST_SMALL
+from tests.documents.helpers import sample_text
 from tests.server.helpers import KEY, MODEL, Server, assert_error, events, make_home
 
 pytestmark = pytest.mark.subprocess

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.paging.helpers import env_for, query
+from tests.documents.helpers import env_for, query
 from tests.server.helpers import KEY, MODEL, Server, assert_error, make_home
 from tests.server.test_lifecycle import HISTORY
 

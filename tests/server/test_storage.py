@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.ingest_helpers import cli
-from tests.paging.helpers import SMALL as INGEST_SMALL
-from tests.paging.helpers import index_path, ro
+from tests.documents.helpers import SMALL as INGEST_SMALL
+from tests.documents.helpers import index_path, ro
 from tests.server.helpers import MODEL, Server, make_home
 from tests.server.test_hostile import _long_history
 from tests.server.test_lifecycle import HISTORY

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from cascade_cli.session.catalog import m001_sessions, m002_settings_follow_defaults
+from cascade_cli.session.transcripts import m001_sessions, m002_settings_follow_defaults
 
 
 def test_stored_sampling_defaults_are_dropped_and_chosen_values_kept() -> None:

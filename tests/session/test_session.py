@@ -11,16 +11,16 @@ import numpy.typing as npt
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, Model
+from cascade_cli.engine.live import WINDOW_SEQ
 from cascade_cli.kv import blob as kvblob
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import WINDOW_SEQ
-from cascade_cli.session import catalog
+from cascade_cli.session import transcripts
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.store.stats import snapshot
-from cascade_cli.window.template import template
+from cascade_cli.window.turns import template
+from tests.documents.helpers import write_text
 from tests.kl import kl
-from tests.paging.helpers import write_text
 
 WINDOW = 1024
 GREEDY = {"temperature": 0.0, "max_tokens": 24, "repeat_penalty": 1.1}
@@ -225,7 +225,7 @@ def test_reset_erases_turns_and_keeps_settings(home: Path, ctx: Context) -> None
         assert [m.index for m in lib.disk.chunks(chat.s.owner)] == [0]  # the turn's KV is gone
         assert _say(chat, "Hello again").strip()
         with lib.disk.lock:
-            assert catalog.get(lib.conn, "r").turns == 1
+            assert transcripts.get(lib.conn, "r").turns == 1
         chat.close()
 
 

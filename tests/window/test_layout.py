@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents.ingest import ingest
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.verify import check
 from cascade_cli.engine import Context, Model
 from cascade_cli.kv import blob as kvblob
-from cascade_cli.paging.ingest import ingest
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.verify import check
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.window.page import Page
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     NEEDLE,
     chunk_text,
     file_of,

@@ -16,15 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cascade_cli.documents import extract
+from cascade_cli.documents import catalog, extract
+from cascade_cli.documents.frame import frame
+from cascade_cli.documents.ingest import Progress, ingest
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.reindex import Notice, quiet
 from cascade_cli.documents.tree import Walk
 from cascade_cli.engine import Context
 from cascade_cli.errors import CascadeError, InputError, NotFoundError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.ingest import Progress, ingest
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.reindex import Notice, quiet
 from cascade_cli.registry import sha256_file
 from cascade_cli.store import DiskStore, register_migrations
 from cascade_cli.store.schema import has_table

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from cascade_cli.documents import extract
+from cascade_cli.documents import ingest as ingest_mod
+from cascade_cli.documents.frame import frame
+from cascade_cli.documents.ingest import IngestStatus, chunks, ingest, pieces
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
-from cascade_cli.paging import ingest as ingest_mod
-from cascade_cli.paging.ingest import IngestStatus, chunks, ingest, pieces
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
 from cascade_cli.recall.focus import unmarked
 from cascade_cli.window.ask import AskResult, ask, plan
-from tests.paging.helpers import BLOCK, NEEDLE, WINDOW, passage_rows, write_text
+from tests.documents.helpers import BLOCK, NEEDLE, WINDOW, passage_rows, write_text
 
 
 def run_ingest(ctx: Context, lib: Library, path: Path, name: str) -> Any:
@@ -91,7 +91,7 @@ def test_a_whitespace_only_chunk_is_indexed_once(
 ) -> None:
     """A chunk whose text splits into no passages (whitespace only) is indexed as empty, once:
     it was re-indexed on every `ask` (with the "(once…)" notice) and reported by `verify`."""
-    from cascade_cli.paging.verify import check
+    from cascade_cli.documents.verify import check
     from cascade_cli.window.ask import AskResult, ask
 
     text = write_text(tmp_path / "a.txt", 1500).read_text(encoding="utf-8")

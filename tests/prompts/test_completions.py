@@ -9,12 +9,12 @@ from typing import cast
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
 from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.errors import Cancelled, ContextFullError, InputError
-from cascade_cli.paging.library import Library
+from cascade_cli.prompts.completions import PromptService
 from cascade_cli.prompts.render import segments
-from cascade_cli.prompts.service import PromptService
 from cascade_cli.prompts.stops import StopScanner
 from cascade_cli.prompts.types import Message, Params
 from cascade_cli.server.responses import timings

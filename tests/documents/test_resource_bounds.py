@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cascade_cli.documents.ingest import ingest
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
-from cascade_cli.paging.ingest import ingest
-from cascade_cli.paging.library import Library
 from cascade_cli.window.ask import AskResult, ask
-from tests.paging.helpers import WINDOW, write_text
+from tests.documents.helpers import WINDOW, write_text
 
 QUESTIONS = ("Who is Sir Walter Elliot?", "What did Lady Russell advise?", "Where is Kellynch?")
 

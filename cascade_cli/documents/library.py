@@ -11,8 +11,11 @@ import numpy as np
 
 from cascade_cli import kv
 from cascade_cli.config import Settings
+from cascade_cli.documents import catalog
+from cascade_cli.documents.remote_source import RemoteLink, link_for
 from cascade_cli.engine import Context, library_dir, llama_version
 from cascade_cli.engine.embed import Embedder
+from cascade_cli.engine.live import SCRATCH_SEQ
 from cascade_cli.errors import (
     CodecError,
     CorruptChunkError,
@@ -23,11 +26,8 @@ from cascade_cli.errors import (
 from cascade_cli.kv.codec import VERSION, VERSIONS
 from cascade_cli.kv.pool import serial
 from cascade_cli.kv.rope import Rope
-from cascade_cli.paging import catalog
-from cascade_cli.paging.plan import Source
-from cascade_cli.paging.remote import RemoteLink, link_for
-from cascade_cli.paging.window import SCRATCH_SEQ
 from cascade_cli.recall import Recall
+from cascade_cli.recall.plan import Source
 from cascade_cli.registry import resolve_model
 from cascade_cli.store import ChunkMeta, DiskStore, Pager, RamCache
 from cascade_cli.store.index import Layout

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cascade_cli.documents.library import Library
+from cascade_cli.engine.live import Window
 from cascade_cli.errors import StoreError
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta, register_migrations
 from cascade_cli.store.address import address
 

@@ -17,14 +17,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cascade_cli.documents import Extracted, extract
+from cascade_cli.documents import Extracted, catalog, extract, locations
+from cascade_cli.documents.frame import frame
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.reindex import Notice, ensure_indexed, quiet
+from cascade_cli.documents.sliding import SlidingWriter
 from cascade_cli.engine import Context
 from cascade_cli.errors import InputError
-from cascade_cli.paging import catalog, locations
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.reindex import Notice, ensure_indexed, quiet
-from cascade_cli.paging.sliding import SlidingWriter
 from cascade_cli.store import ChunkMeta
 from cascade_cli.store.files import crash_point
 

@@ -1,6 +1,6 @@
 """Recall queries: what a message asks."""
 
-from cascade_cli.paging.plan import (
+from cascade_cli.recall.plan import (
     QUERY_CHARS,
     QUOTE_ROOM,
     RECALL_SHARE,

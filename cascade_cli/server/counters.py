@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from cascade_cli.prompts.catalog import PREFIX
+from cascade_cli.prompts.block_index import PREFIX
 from cascade_cli.prompts.types import Result
 from cascade_cli.store import DiskStore
 

@@ -9,9 +9,9 @@ from typing import cast
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context, Model
-from cascade_cli.paging.library import Library
-from tests.paging.helpers import BLOCK, WINDOW
+from tests.documents.helpers import BLOCK, WINDOW
 
 
 @pytest.fixture()

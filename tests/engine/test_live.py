@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import cast
+
 import numpy as np
 import pytest
 
 from cascade_cli import kv
-from cascade_cli.engine import Context
+from cascade_cli.engine import Context, Model
+from cascade_cli.engine.live import SCRATCH_SEQ, WINDOW_SEQ, Window
 from cascade_cli.errors import ContextFullError
 from cascade_cli.kv import blob as kvblob
-from cascade_cli.paging.window import SCRATCH_SEQ, WINDOW_SEQ, Window
+from tests.documents.helpers import BLOCK, WINDOW, sample_text
 from tests.kl import kl_rows
-from tests.paging.helpers import sample_text
+
+
+@pytest.fixture()
+def ctx(model: object) -> Iterator[Context]:
+    with Context(
+        cast(Model, model), n_ctx=WINDOW + BLOCK + 256, n_seq_max=4, n_batch=BLOCK, n_threads=1
+    ) as c:
+        yield c
 
 
 def test_place_moves_chunks_like_llama_seq_add(ctx: Context) -> None:

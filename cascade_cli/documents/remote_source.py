@@ -27,10 +27,10 @@ from collections.abc import Callable
 import numpy as np
 
 from cascade_cli.config import Settings
+from cascade_cli.documents import catalog
+from cascade_cli.documents.frame import frame
 from cascade_cli.engine import Context, Model
 from cascade_cli.errors import CorruptChunkError, NotFoundError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.prompt import frame
 from cascade_cli.store import ChunkMeta, DiskStore, register_migrations
 from cascade_cli.store.address import address as content_address
 from cascade_cli.store.remote import Record, RemoteTier

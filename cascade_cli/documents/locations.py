@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cascade_cli.documents import CHAPTER, HEADING, PAGE, Extracted, Location, Mark, where
-from cascade_cli.paging.catalog import Document
-from cascade_cli.recall import index as recall_index
+from cascade_cli.documents.catalog import Document
+from cascade_cli.recall import tables as recall_index
 from cascade_cli.recall.focus import unmarked
 
 

@@ -6,7 +6,7 @@ whose cells and lowest position match the row); every data file against the inde
 ranges adding up to the document's, a text row per chunk) and chunks whose document is gone.
 
 Repair: a damaged chunk is recomputed from its row's token ids in its own context (see
-paging.recompute; the sink from the prompt prefix); a document whose rows are gone or
+documents.recompute; the sink from the prompt prefix); a document whose rows are gone or
 inconsistent is re-ingested from its source when that file is unchanged (resume recomputes only
 what is missing), else dropped; chunks of vanished documents and unreferenced files are deleted.
 """
@@ -20,18 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from cascade_cli import kv
+from cascade_cli.documents import catalog
+from cascade_cli.documents.frame import frame
+from cascade_cli.documents.ingest import ingest
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.recompute import recompute
+from cascade_cli.documents.remote_source import held_remotely
+from cascade_cli.documents.sink import OWNER as SINK
+from cascade_cli.documents.sink import save_sink, sink_key
 from cascade_cli.engine import Context
+from cascade_cli.engine.live import Window
 from cascade_cli.errors import CascadeError, CodecError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.ingest import ingest
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.recompute import recompute
-from cascade_cli.paging.remote import held_remotely
-from cascade_cli.paging.sink import OWNER as SINK
-from cascade_cli.paging.sink import save_sink, sink_key
-from cascade_cli.paging.window import Window
-from cascade_cli.recall import index as recall_index
+from cascade_cli.recall import tables as recall_index
 from cascade_cli.store import ChunkMeta, DiskStore
 from cascade_cli.store import repair as store_repair
 from cascade_cli.store.disk import DATA

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cascade_cli.engine import Model
-from cascade_cli.window.template import template
+from cascade_cli.window.turns import template
 from tests.cli.helpers import run_cli
 from tests.engine.retemplate import retemplate
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from cascade_cli.config import Settings
+from cascade_cli.documents import catalog
+from cascade_cli.documents.ingest import ingest
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
-from cascade_cli.paging import catalog
-from cascade_cli.paging.ingest import ingest
-from cascade_cli.paging.library import Library
 from cascade_cli.window.ask import AskResult, ask
-from tests.paging.helpers import (
+from tests.documents.helpers import (
     BLOCK,
     WINDOW,
     chunk_text,

@@ -1,4 +1,4 @@
-"""paging.locations: a version's location map in the store's index (catalog.m005_locations),
+"""documents.locations: a version's location map in the store's index (catalog.m005_locations),
 the span and chunk look-ups citations use, its removal with the version, and a store written
 before the map existed opening, upgraded, with its documents intact."""
 
@@ -7,9 +7,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from cascade_cli.documents import CHAPTER, HEADING, PAGE, Extracted, Mark
-from cascade_cli.paging import catalog, locations
-from cascade_cli.recall import index as recall_index
+from cascade_cli.documents import CHAPTER, HEADING, PAGE, Extracted, Mark, catalog, locations
+from cascade_cli.recall import tables as recall_index
 from cascade_cli.recall.passages import Passage
 from cascade_cli.store import DiskStore
 

@@ -5,7 +5,7 @@ holds stay (window hits), blocks the RAM or disk tier holds are restored at thei
 and only the rest — new blocks and the open end of the prompt — is decoded: across requests,
 across conversations (a shared system prompt) and across restarts, since the blocks live in the
 chunk store. A conversation longer than the window is laid out by the planner exactly as `cascade chat` lays
-out a session (window/layout.py over paging/plan.py): the system prompt, the strongest recalled
+out a session (window/layout.py over recall/plan.py): the system prompt, the strongest recalled
 older turns in a kept share of the window, then the newest turns; older blocks never seen before
 are paged through (stored and indexed) by the same routine chat uses for a long message. After the reply, the finished turn is stored as the next
 request will render it (the reply's text re-tokenized), so the follow-up finds all of it.
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import logging
 
+from cascade_cli.documents import collection, locations
+from cascade_cli.documents.catalog import Document
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError, NotFoundError
-from cascade_cli.paging import collection, locations
-from cascade_cli.paging.catalog import Document
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import QUOTE_ROOM, Turn, block_for, reserve
-from cascade_cli.prompts import catalog
+from cascade_cli.prompts import block_index
 from cascade_cli.prompts.blocks import Blocks
 from cascade_cli.prompts.render import (
     Block,
@@ -35,10 +34,11 @@ from cascade_cli.prompts.render import (
 )
 from cascade_cli.prompts.reply import Replier, Run
 from cascade_cli.prompts.types import Message, Params, Reply, Stop, never
+from cascade_cli.recall.plan import QUOTE_ROOM, Turn, block_for, reserve
 from cascade_cli.window.layout import lay_out
 from cascade_cli.window.page import Page
 from cascade_cli.window.pages import Pages
-from cascade_cli.window.template import template
+from cascade_cli.window.turns import template
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class PromptService(Replier):
         self.blocks = Blocks(lib, self.pages, lib.settings.api_cache_budget)
         self._since_trim = 0
         if lib.remote is not None:  # prompt blocks are shared through the remote tier
-            lib.remote.register(catalog.PREFIX, self.blocks.address)
+            lib.remote.register(block_index.PREFIX, self.blocks.address)
 
     # ---- requests --------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from cascade_cli.samples import PERSUASION
 
 def test_ask_layout_is_exact_without_swa_full(gemma: object) -> None:
     from cascade_cli.engine import Context
-    from cascade_cli.paging.window import Window
+    from cascade_cli.engine.live import Window
 
     toks = gemma.tokenize(PERSUASION.read_text())[:3200]  # type: ignore[attr-defined]
     block = 256
@@ -39,8 +39,8 @@ def test_chunks_far_from_the_end_need_no_swa_section(gemma: object) -> None:
     leaving out the SWA section of a chunk within n_swa changes the answer's distribution."""
     from cascade_cli import kv
     from cascade_cli.engine import Context
+    from cascade_cli.engine.live import Window
     from cascade_cli.kv import sections
-    from cascade_cli.paging.window import Window
     from tests.kl import kl_rows
 
     toks = gemma.tokenize(PERSUASION.read_text())[:3200]  # type: ignore[attr-defined]

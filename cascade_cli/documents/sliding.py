@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cascade_cli.documents import catalog
+from cascade_cli.documents.frame import frame
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.recompute import recompute
+from cascade_cli.documents.sink import save_sink
 from cascade_cli.engine import Context
+from cascade_cli.engine.live import Window
 from cascade_cli.errors import CorruptChunkError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.recompute import recompute
-from cascade_cli.paging.sink import save_sink
-from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
 
 

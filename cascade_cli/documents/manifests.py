@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from cascade_cli import kv
+from cascade_cli.documents import catalog
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.remote_source import RemoteLink, chunk_address, doc_root, record_of
+from cascade_cli.documents.sink import sink_key
 from cascade_cli.errors import CodecError, NotFoundError, StoreError, StoreLockedError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.remote import RemoteLink, chunk_address, doc_root, record_of
-from cascade_cli.paging.sink import sink_key
 from cascade_cli.store import ChunkMeta
 
 FORMAT = 1

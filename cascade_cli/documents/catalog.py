@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade_cli.errors import NotFoundError
-from cascade_cli.recall import index as recall_index
+from cascade_cli.recall import tables as recall_index
 from cascade_cli.store import DiskStore, register_migrations
 from cascade_cli.store.schema import has_table
 
@@ -63,7 +63,7 @@ def m004_passages(conn: sqlite3.Connection) -> None:
 
 
 def m005_locations(conn: sqlite3.Connection) -> None:
-    """Each version's location map (paging.locations): its format and line starts, and the
+    """Each version's location map (documents.locations): its format and line starts, and the
     marks where its pages, chapters and headings begin. Versions from before have none."""
     conn.execute(
         "CREATE TABLE document_sources (doc_id INTEGER PRIMARY KEY, format TEXT NOT NULL,"

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from cascade_cli import kv
-from cascade_cli.paging.library import Library
+from cascade_cli.documents.library import Library
 from cascade_cli.samples import PERSUASION
 from tests.wait import until
 
@@ -222,8 +222,8 @@ def kv_of(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
 def v_after_neighbour(ctx: Any, lib: Library, doc: Any, idx: int, window: int) -> np.ndarray:
     """V of chunk `idx` of `doc` decoded right after the sink and chunk idx - 1 alone: the
     chunk in a context other than the one ingest made it in (a recompute's yardstick)."""
-    from cascade_cli.paging.prompt import frame
-    from cascade_cli.paging.window import Window
+    from cascade_cli.documents.frame import frame
+    from cascade_cli.engine.live import Window
 
     win = Window(ctx, window)
     win.append(frame(ctx.model).prefix)

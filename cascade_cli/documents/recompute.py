@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from cascade_cli.documents import catalog
+from cascade_cli.documents.frame import frame
+from cascade_cli.documents.library import Library
+from cascade_cli.documents.sink import place_sink
 from cascade_cli.engine import Context
+from cascade_cli.engine.live import Window
 from cascade_cli.errors import ContextFullError, StoreError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.prompt import frame
-from cascade_cli.paging.sink import place_sink
-from cascade_cli.paging.window import Window
 from cascade_cli.store import ChunkMeta
 
 

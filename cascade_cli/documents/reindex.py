@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from cascade_cli.documents import catalog
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
-from cascade_cli.paging import catalog
-from cascade_cli.paging.library import Library
 
 Notice = Callable[[str], None]
 

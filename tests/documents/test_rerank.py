@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
+from cascade_cli.engine.live import Window
 from cascade_cli.engine.score import Job, mean_logprobs
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.window import Window
 from cascade_cli.recall import rerank
 from cascade_cli.recall.select import Hit
 from cascade_cli.window.ask import AskResult, ask
-from tests.paging.helpers import NEEDLE, write_text
-from tests.paging.test_ingest_ask import run_ingest
+from tests.documents.helpers import NEEDLE, write_text
+from tests.documents.test_ingest_ask import run_ingest
 
 SINK = [1, 504, 3230, 28]  # any few tokens standing for the attention sink
 

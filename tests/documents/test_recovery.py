@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from cascade_cli.documents import catalog
+from cascade_cli.documents.frame import frame, question_tokens
+from cascade_cli.documents.ingest import ingest
+from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
 from cascade_cli.errors import ContextFullError, InputError
-from cascade_cli.paging import catalog
-from cascade_cli.paging.ingest import ingest
-from cascade_cli.paging.library import Library
-from cascade_cli.paging.plan import QUOTE, QUOTE_ROOM, QUOTE_WORDS
-from cascade_cli.paging.prompt import frame, question_tokens
+from cascade_cli.recall.plan import QUOTE, QUOTE_ROOM, QUOTE_WORDS
 from cascade_cli.recall.select import to_quote
 from cascade_cli.window.ask import AskResult, ask
-from tests.paging.helpers import write_text
+from tests.documents.helpers import write_text
 
 
 def _ingest(

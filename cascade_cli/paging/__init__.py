@@ -1,1 +1,0 @@
-"""Paging: placing stored KV chunks into the live window (ingest and ask build on it)."""
