@@ -130,7 +130,9 @@ class ChatSession(SessionState):
         limit = min(self.pages.win.limit, self.pages.win.end + free) - len(self.tpl.close())
         t_first = 0.0
         try:
-            for piece in generate(self.ctx, self.sampler, WINDOW_SEQ, gen, self.max_tokens, limit):
+            for piece in generate(
+                self.ctx, self.sampler, WINDOW_SEQ, gen, self.max_tokens, limit, sentences=True
+            ):
                 if not t_first:
                     t_first = time.perf_counter()
                     stats.ttft_s = t_first - t0

@@ -240,7 +240,9 @@ def ask(
     state = Generation(pos=pages.win.end)
     first = 0.0
     with Sampler(sampling, ctx.model) as sampler:
-        for piece in generate(ctx, sampler, WINDOW_SEQ, state, max_tokens, limit=window):
+        for piece in generate(
+            ctx, sampler, WINDOW_SEQ, state, max_tokens, limit=window, sentences=True
+        ):
             if not first:
                 first = time.perf_counter() - t0
             if isinstance(piece, Thought):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from cascade_cli.config import resolve
 from cascade_cli.engine import Context, Model, Sampler, SamplerSettings
-from cascade_cli.engine.generate import Generation, generate
+from cascade_cli.engine.generate import Generation, _Ending, _Held, generate
 from cascade_cli.engine.loops import LoopGuard, loops
 from cascade_cli.errors import ConfigError
 from tests.cli.helpers import assert_one_line_error, run_cli
@@ -41,14 +42,16 @@ def ctx(model: Model) -> Iterator[Context]:
         yield c
 
 
-def reply(ctx: Context, user: str, guard: str, max_tokens: int = 120) -> tuple[str, str]:
+def reply(
+    ctx: Context, user: str, guard: str, max_tokens: int = 120, sentences: bool = False
+) -> tuple[str, str]:
     tokens = ctx.model.chat_tokens([("user", user)])
     ctx.clear()
     ctx.decode(tokens, 0, 0)
     state = Generation(pos=len(tokens))
     settings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard=guard)
     with Sampler(settings, ctx.model) as sampler:
-        text = "".join(generate(ctx, sampler, 0, state, max_tokens))
+        text = "".join(generate(ctx, sampler, 0, state, max_tokens, sentences=sentences))
     # what was shown is what the state holds: its tokens, and cells up to pos only
     assert ctx.model.detokenize(state.tokens) == text
     decoded = len(state.tokens) - (state.stopped_by == "context_full")
@@ -79,6 +82,38 @@ def test_the_completing_copy_is_held_back_then_dropped() -> None:
         shown, held = shown + held[: len(held) - guard.hold], held[len(held) - guard.hold :]
     assert guard.cut and not loops(shown + held)
     assert (shown + held).strip() == "The answer is: The answer is:"
+
+
+ENDED = re.compile(r"(?:[.!?][\"')\]]*|\n)\s*$")
+
+
+@pytest.mark.parametrize("guard", ["off", "dry"])
+def test_a_reply_the_length_limit_stops_ends_at_its_last_whole_sentence(
+    ctx: Context, guard: str
+) -> None:
+    story = "Write a long story about a sailor and the sea."
+    for limit in (45, 70):  # a sentence ends within the last stretch(limit) tokens of both
+        full, why = reply(ctx, story, guard, limit)
+        whole, _ = reply(ctx, story, guard, limit, sentences=True)
+        assert why == "max_tokens" and not ENDED.search(full), full
+        assert full.startswith(whole) and ENDED.search(whole), (full, whole)
+        assert len(whole) > len(full) // 2, (full, whole)
+    short = "Describe the sea in many short sentences."  # ends by itself (eog)
+    assert reply(ctx, short, guard, 60, sentences=True) == reply(ctx, short, guard, 60)
+
+
+def test_a_sentence_ends_where_white_space_follows_its_stop() -> None:
+    ending = _Ending(stretch=100)
+    pieces = ["It", " costs", " 3", ".", "5", " euros", ".", " Then", " it", " rose"]
+    shown = [h.text for p in pieces for h in ending.push(_Held(p, 1), left=0)]
+    assert "".join(shown) == "It costs 3.5 euros."  # "3." is no sentence's end
+    assert ending.finish(cut=True) == [] and ending.dropped
+    ending = _Ending(stretch=100)
+    shown = [h.text for p in pieces[:4] for h in ending.push(_Held(p, 1), left=0)]
+    assert shown == [] and "".join(h.text for h in ending.finish(cut=True)) == "It costs 3."
+    ending = _Ending(stretch=100)
+    shown = [h.text for p in ["no", " end", " here"] for h in ending.push(_Held(p, 1), left=0)]
+    assert "".join(h.text for h in ending.finish(cut=False)) == "no end here"
 
 
 @pytest.mark.parametrize("key", ["77777", "86387", "10010"])
