@@ -4,7 +4,8 @@ python bench/answers.py --book sed [--model qwen2.5-coder-0.5b] [--chars 60000] 
                         [--conditions ask rag oracle cut] [--rerank off] [--max-tokens 64]
                         [--cue "Answer: "] [--quote best] [--neighbors 1]
 
-The book is bench/data/<book>.txt (novels: bench/fetch_text.py; manuals: bench/manuals.py), its
+The book is bench/data/<book>.txt (novels: bench/fetch_text.py; manuals: bench/manuals.py) or,
+for ``--book sample``, the shipped sample (cascade_cli/samples/persuasion.txt), its
 first --chars characters ingested once per model (bench/.work/answers/<model>/). Its hand-written
 questions (bench/questions/<book>.json) whose evidence string lies in that prefix are asked under
 each condition, with the same model, window, sampling (greedy, no repeat penalty, the repetition
@@ -68,11 +69,14 @@ def model_path(name: str) -> Path:
     return path if path.suffix == ".gguf" else resolve_model(name, pull=False)
 
 
-def document(ctx: Context, lib: Library, book: Path, chars: int) -> catalog.Document:
-    """The book's first `chars` characters (cut at a line end), ingested once."""
-    name = f"{book.stem}-{chars}"
+def document(
+    ctx: Context, lib: Library, book: Path, chars: int, stem: str
+) -> tuple[catalog.Document, float | None]:
+    """The book's first `chars` characters (cut at a line end), ingested once; and the seconds
+    its ingest took, when this run ingested it."""
+    name = f"{stem}-{chars}"
     try:
-        return catalog.find(lib.conn, name)
+        return catalog.find(lib.conn, name), None
     except CascadeError:
         pass
     text = book.read_text(encoding="utf-8")[:chars]
@@ -80,8 +84,9 @@ def document(ctx: Context, lib: Library, book: Path, chars: int) -> catalog.Docu
     src.write_text(text[: text.rfind("\n") + 1] or text, encoding="utf-8")
     t = time.perf_counter()
     doc = ingest(ctx, lib, src, name, "utf-8", lambda s: None)
-    print(f"{name}: {doc.tokens} tokens, {doc.chunks} chunks ({time.perf_counter() - t:.0f} s)")
-    return doc
+    took = time.perf_counter() - t
+    print(f"{name}: {doc.tokens} tokens, {doc.chunks} chunks ({took:.0f} s)")
+    return doc, took
 
 
 def generated(
@@ -204,6 +209,8 @@ def main() -> None:
     set_verbose(False)
     model = model_path(args.model)
     book = ROOT / "bench" / "data" / f"{args.book}.txt"
+    if args.book == "sample":
+        book = ROOT / "cascade_cli" / "samples" / "persuasion.txt"
     if not book.exists():
         raise SystemExit(f"{book} is missing: python bench/fetch_text.py or bench/manuals.py")
     (WORK / "answers").mkdir(parents=True, exist_ok=True)
@@ -221,7 +228,7 @@ def main() -> None:
         Context(Model(model), args.window + args.block + 256, 4, args.block, cfg.n_threads, "off") as ctx,
         Library(cfg, ctx, embed_path=EMBED) as lib,
     ):  # fmt: skip
-        doc = document(ctx, lib, book, args.chars)
+        doc, took = document(ctx, lib, book, args.chars, args.book)
         print(f"{doc.name}: {doc.tokens} tokens, {len(qs)} questions with their evidence in it")
         for q in qs:
             rows += run_question(ctx, lib, doc, text, q, args.conditions, args)
@@ -241,8 +248,9 @@ def main() -> None:
         rows=table,
         models=[model, EMBED],
         notes=f"bench/questions/{args.book}.json's questions whose evidence lies in the first "
-        f"{args.chars} characters of bench/data/{args.book}.txt ({doc.tokens} tokens, "
-        f"{doc.chunks} chunks of {doc.block_size}, {doc.scheme}); window {args.window}, greedy, "
+        f"{args.chars} characters of {book.relative_to(ROOT)} ({doc.tokens} tokens, "
+        f"{doc.chunks} chunks of {doc.block_size}, {doc.scheme}"
+        f"{f'; ingested in {took:.0f} s' if took else ''}); window {args.window}, greedy, "
         f"replies ≤ {args.max_tokens} tokens, rerank {args.rerank}, quote {args.quote}, "
         f"neighbors {args.neighbors}, cue {args.cue!r}; ask paged in "
         f"{statistics.median([r['tokens'] for r in asked]) if asked else 0:.0f} tokens (median).",
