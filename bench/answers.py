@@ -239,7 +239,7 @@ def main() -> None:
     asked = [r for r in rows if r["condition"] == "ask"]
     save(
         f"answers-{args.book}-{model.stem}-{args.window}{args.tag}",
-        topic="answers",
+        topic="tuning" if args.tag else "answers",
         title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}",
         target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
         "for ≥ 75 % of paged questions; no loops; ask's TTFT ≥ 30× below text RAG's",

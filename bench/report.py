@@ -52,6 +52,11 @@ TOPICS: dict[str, tuple[str, str]] = {
         "What the generator makes of what was paged in: looping replies, quotes that hold the "
         "evidence, answers that name the answer.",
     ),
+    "tuning": (
+        "Tuning runs",
+        "How each default was chosen: one setting changed at a time on the tuning texts (the "
+        "sed manual, Persuasion), never on the held-out ones.",
+    ),
     "memory": (
         "Resource bounds",
         "Memory and open descriptors of one long-running process, against their bounds.",
