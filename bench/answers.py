@@ -52,7 +52,7 @@ from cascade_cli.engine.live import WINDOW_SEQ, Window  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
 from cascade_cli.recall.plan import reserve as reserve_for  # noqa: E402
-from cascade_cli.registry import resolve_model  # noqa: E402
+from cascade_cli.registry import registry, resolve_model  # noqa: E402
 from cascade_cli.session.chat import ChatSession  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
@@ -197,17 +197,18 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
     ap.add_argument("--conditions", nargs="+", default=CONDITIONS, choices=CONDITIONS)
-    ap.add_argument("--rerank", default="off", choices=["off", "llm"])
+    ap.add_argument("--rerank", default=None, choices=["off", "llm"])
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--cue", default=Settings.ask_cue, help="what the answer follows")
-    ap.add_argument("--quote", default=Settings.quote)
-    ap.add_argument("--neighbors", type=int, default=Settings.neighbors)
+    ap.add_argument("--cue", default=None, help="what the answer follows")
+    ap.add_argument("--quote", default=None)
+    ap.add_argument("--neighbors", type=int, default=None)
     ap.add_argument("--tag", default="", help="appended to the result's name (a tuning run)")
     ap.add_argument("--questions", type=int, default=0, help="only the first N (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="per-question rows (JSON lines)")
     args = ap.parse_args()
     set_verbose(False)
     model = model_path(args.model)
+    shipped(args, model)
     book = ROOT / "bench" / "data" / f"{args.book}.txt"
     if args.book == "sample":
         book = ROOT / "cascade_cli" / "samples" / "persuasion.txt"
@@ -255,6 +256,18 @@ def main() -> None:
         f"neighbors {args.neighbors}, cue {args.cue!r}; ask paged in "
         f"{statistics.median([r['tokens'] for r in asked]) if asked else 0:.0f} tokens (median).",
     )  # fmt: skip
+
+
+def shipped(args: argparse.Namespace, model: Path) -> None:
+    """Settings not given on the command line: what `ask` ships for this model (the built-in
+    defaults under the registry entry's own, found by the model's file name)."""
+    spec = next((s for s in registry()[1].values() if s.file == model.name), None)
+    own = dict(spec.defaults) if spec else {}
+    for arg, key in (("rerank", "rerank"), ("cue", "ask_cue"), ("quote", "quote")):
+        if getattr(args, arg) is None:
+            setattr(args, arg, own.get(key, getattr(Settings, key)))
+    if args.neighbors is None:
+        args.neighbors = int(own.get("neighbors", Settings.neighbors))
 
 
 def summary(cond: str, rs: list[dict[str, Any]]) -> list[Any]:
