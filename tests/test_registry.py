@@ -196,3 +196,13 @@ def test_every_registered_models_defaults_are_valid_settings(tmp_path: Path) -> 
     _, specs = registry()
     for name in specs:
         resolve({"model": name}, empty, model_defaults)
+
+
+def test_the_qwen_models_answer_without_the_cue_and_smollm2_with_it(tmp_path: Path) -> None:
+    """The cue each model's answers were measured best with (registry defaults; a flag wins)."""
+    empty = tmp_path / "cascade.toml"
+    empty.write_text("")
+    for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        assert resolve({"model": name}, empty, model_defaults).ask_cue == ""
+        assert resolve({"model": name, "ask_cue": "A: "}, empty, model_defaults).ask_cue == "A: "
+    assert resolve({"model": "smollm2-135m"}, empty, model_defaults).ask_cue == "Answer: "
