@@ -241,7 +241,10 @@ def main() -> None:
     save(
         f"answers-{args.book}-{model.stem}-{args.window}{args.tag}",
         topic="tuning" if args.tag else "answers",
-        title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}",
+        title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}"
+        + (f" — rerank {args.rerank}, quote {args.quote}, neighbors {args.neighbors}, "
+           f"cue {args.cue!r}, replies ≤ {args.max_tokens} tokens ({', '.join(args.conditions)})"
+           if args.tag else ""),
         target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
         "for ≥ 75 % of paged questions; no loops; ask's TTFT ≥ 30× below text RAG's",
         columns=["condition", "questions", "answer names the answer", "looping",
