@@ -126,7 +126,7 @@ def cut_mid_sentence(answer: str, n: int, max_tokens: int) -> bool:
 
 
 def run_question(
-    ctx: Context, lib: Library, doc: catalog.Document, text: str, q: dict[str, Any],
+    ctx: Context, lib: Library, doc: catalog.Document, q: dict[str, Any],
     conditions: list[str], args: argparse.Namespace,
 ) -> list[dict[str, Any]]:  # fmt: skip
     ev = flat(q["evidence"])
@@ -232,7 +232,7 @@ def main() -> None:
         doc, took = document(ctx, lib, book, args.chars, args.book)
         print(f"{doc.name}: {doc.tokens} tokens, {len(qs)} questions with their evidence in it")
         for q in qs:
-            rows += run_question(ctx, lib, doc, text, q, args.conditions, args)
+            rows += run_question(ctx, lib, doc, q, args.conditions, args)
             if args.out:
                 with args.out.open("a") as out:
                     out.writelines(json.dumps(r) + "\n" for r in rows[-len(args.conditions) :])
