@@ -117,7 +117,7 @@ class Settings:
     """Every setting cascade reads. Field names are the TOML keys; the string under each field
     is its one-line description in docs/settings.md (scripts/reference.py)."""
 
-    model: str = "smollm2-135m"
+    model: str = "qwen2.5-coder-0.5b"
     """The model: a registry name (`cascade models list`) or a path to a .gguf file."""
     gpu_layers: int = -1
     """Layers offloaded to the GPU (-1 = all, 0 = CPU only)."""

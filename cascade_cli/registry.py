@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
-from cascade_cli.config import models_dir
+from cascade_cli.config import Settings, models_dir
 from cascade_cli.errors import DownloadError, InputError, ModelError
 
 #: progress(phase, done_bytes, total_bytes or None)
@@ -61,13 +61,13 @@ def _registry_text() -> str:
 
 
 def registry() -> tuple[str, dict[str, ModelSpec]]:
-    """The default model's name and every known model."""
+    """The default model's name (the `model` setting's built-in value) and every known model."""
     data = tomllib.loads(_registry_text())
     specs = {
         name: ModelSpec(name=name, **{**entry, "parts": tuple(entry.get("parts", ()))})
         for name, entry in data["models"].items()
     }
-    return str(data["default"]), specs
+    return Settings.model, specs
 
 
 def model_defaults(ref: str) -> Mapping[str, Any]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install cascade and its dev tools into .venv, pull the default model, then lint, type-check, test.
+# Install cascade and its dev tools into .venv, pull the test models, then lint, type-check, test.
 #   ./scripts/test.sh [PYTEST ARGS]          the whole suite (arguments go to pytest)
 #   ./scripts/test.sh --quick [PYTEST ARGS]  the same steps, then only the tests that start no
 #                                            process, redis-server or browser and are not slow
@@ -51,11 +51,12 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# the default model (Qwen2.5-Coder 0.5B: tests/test_qwen.py) and the embedding model recall uses
 CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull
+# the suite's own model where the default is not under test (tests/suite_model.py): SmolLM2-135M
+CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull smollm2-135m
 # the second architecture the suite runs (sliding-window attention): Gemma 3 270M
 CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull gemma3-270m
-# an instruction model of a third family (Qwen2, ChatML): Qwen2.5-Coder 0.5B (tests/test_qwen.py)
-CASCADE_HOME="${CASCADE_TEST_HOME:-.cascade-test}" .venv/bin/cascade models pull qwen2.5-coder-0.5b
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.suite_model import TEST_MODEL
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Models are pulled once into this home (CASCADE_TEST_HOME overrides); tests never re-download.
 MODEL_HOME = Path(os.environ.get("CASCADE_TEST_HOME", ROOT / ".cascade-test"))
@@ -49,10 +51,8 @@ def _pulled(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    """The default model file, pulled into MODEL_HOME on first use."""
-    from cascade_cli.registry import registry
-
-    return _pulled(registry()[0])
+    """The suite's model file (tests/suite_model.py), pulled into MODEL_HOME on first use."""
+    return _pulled(TEST_MODEL)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +80,7 @@ def gemma(gemma_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def model(model_path: Path) -> Iterator[object]:
-    """The default model, loaded once."""
+    """The suite's model, loaded once."""
     from cascade_cli.engine import Model
 
     with Model(model_path) as m:
@@ -91,12 +91,13 @@ def model(model_path: Path) -> Iterator[object]:
 def home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path, embed_model_path: Path
 ) -> Path:
-    """An isolated CASCADE_HOME whose models/ already holds the default model and the default
-    embedding model (symlinks)."""
+    """An isolated CASCADE_HOME whose models/ already holds the suite's model and the default
+    embedding model (symlinks); CASCADE_MODEL names the suite's model."""
     monkeypatch.setenv("CASCADE_HOME", str(tmp_path))
     for key in list(os.environ):
         if key.startswith("CASCADE_") and key != "CASCADE_HOME":
             monkeypatch.delenv(key)
+    monkeypatch.setenv("CASCADE_MODEL", TEST_MODEL)
     (tmp_path / "models").mkdir()
     for path in (model_path, embed_model_path):
         (tmp_path / "models" / path.name).symlink_to(path)

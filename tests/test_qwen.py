@@ -1,6 +1,7 @@
-"""An instruction model from a third family end to end: Qwen2.5-Coder-0.5B-Instruct (Qwen2
-architecture, ChatML template) through ingest, ask, a chat resumed in a new process and serve
-reuse across a restart — real model, real processes.
+"""The default model end to end: Qwen2.5-Coder-0.5B-Instruct (Qwen2 architecture, ChatML
+template, a third family) through ingest, ask, a chat resumed in a new process and serve reuse
+across a restart — real model, real processes. The ingest names no model (the default's path);
+the rest name it, as the suite's environment names its own model (tests/suite_model.py).
 
 The model (491 MB) is pulled by scripts/test.sh into the suite's model home; where it is not
 there these tests are skipped (naming the command that pulls it) rather than downloading it."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,13 @@ from cascade_cli.registry import registry
 from tests.cli.ingest_helpers import cli
 from tests.cli.test_chat_cli import chat
 from tests.conftest import MODEL_HOME
-from tests.documents.helpers import NEEDLE, write_text
+from tests.documents.helpers import NEEDLE, env_for, write_text
 from tests.server.helpers import Server
 from tests.server.test_lifecycle import HISTORY
 
 pytestmark = pytest.mark.subprocess
 
-NAME = "qwen2.5-coder-0.5b"
+NAME = registry()[0]
 QWEN = ["--model", NAME]
 WINDOW = ["--gpu-cache-size", "512", "--block-size", "128"]
 
@@ -62,10 +64,16 @@ def qhome(
 
 @pytest.fixture(scope="module")
 def ingested(qhome: Path) -> Iterator[Path]:
-    """About 1,300 tokens of the sample with a needle, ingested with Qwen into 128-token
-    chunks."""
+    """About 1,300 tokens of the sample with a needle, ingested into 128-token chunks by the
+    default model: no --model and no CASCADE_MODEL (the store then holds Qwen's KV, which the
+    asks below, naming Qwen, restore)."""
     text = write_text(qhome / "book.txt", 5000, NEEDLE)
-    proc = cli(["ingest", str(text), "--name", "book", *QWEN, *WINDOW], qhome)
+    env = {k: v for k, v in env_for(qhome).items() if k != "CASCADE_MODEL"}
+    args = ["ingest", str(text), "--name", "book", *WINDOW]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cascade_cli", *args],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     yield qhome
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cascade_cli.config import resolve
+from cascade_cli.config import Settings, resolve
 from cascade_cli.errors import DownloadError, InputError, ModelError
 from cascade_cli.registry import check_gguf, model_defaults, pull_url, registry, resolve_model
 
@@ -52,10 +52,12 @@ def server() -> Iterator[tuple[str, type[_RangeHandler]]]:
 
 
 def test_registry_default_is_known() -> None:
+    """The default model is the `model` setting's built-in value, a registered chat model."""
     default, specs = registry()
-    assert default in specs
+    assert default == Settings.model and default in specs
     spec = specs[default]
-    assert spec.source == "pypi" and len(spec.sha256) == 64 and spec.file.endswith(".gguf")
+    assert spec.kind == "chat" and spec.source.startswith("pypi")
+    assert len(spec.sha256) == 64 and spec.file.endswith(".gguf")
 
 
 def test_pull_url_resumes_and_verifies(

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.suite_model import TEST_MODEL
+
 
 def run_cli(
     args: list[str],
@@ -15,8 +17,15 @@ def run_cli(
     timeout: float = 300,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m cascade_cli ARGS` with CASCADE_HOME=home."""
-    full_env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_THREADS": "2", **(env or {})}
+    """`python -m cascade_cli ARGS` with CASCADE_HOME=home (CASCADE_MODEL: the suite's model
+    unless the environment or `env` names one)."""
+    full_env = {
+        "CASCADE_MODEL": TEST_MODEL,
+        **os.environ,
+        "CASCADE_HOME": str(home),
+        "CASCADE_THREADS": "2",
+        **(env or {}),
+    }
     return subprocess.run(
         [sys.executable, "-m", "cascade_cli", *args],
         input=stdin,

@@ -15,6 +15,7 @@ import numpy as np
 from cascade_cli import kv
 from cascade_cli.documents.library import Library
 from cascade_cli.samples import PERSUASION
+from tests.suite_model import TEST_MODEL
 from tests.wait import until
 
 #: The checkout these tests belong to: subprocesses import cascade_cli from it, whatever their cwd.
@@ -48,14 +49,20 @@ def write_text(path: Path, chars: int, needle: str | None = None, start: int = 0
 
 
 def env_for(home: Path) -> dict[str, str]:
-    """The environment of a CLI run: only CASCADE_HOME and one thread.
+    """The environment of a CLI run: only CASCADE_HOME, the suite's model and one thread.
 
     One thread, because llama.cpp's worker threads spin-wait: with two cores shared by other
     processes, two threads each run about ten times slower than one.
     """
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     path = os.pathsep.join(p for p in (str(ROOT), clean.get("PYTHONPATH", "")) if p)
-    return {**clean, "CASCADE_HOME": str(home), "CASCADE_THREADS": "1", "PYTHONPATH": path}
+    return {
+        **clean,
+        "CASCADE_HOME": str(home),
+        "CASCADE_MODEL": TEST_MODEL,
+        "CASCADE_THREADS": "1",
+        "PYTHONPATH": path,
+    }
 
 
 def popen_cli(args: list[str], home: Path) -> subprocess.Popen[str]:

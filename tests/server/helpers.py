@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 
 from tests.documents.helpers import env_for
+from tests.suite_model import TEST_MODEL
 from tests.wait import until
 
-MODEL = "smollm2-135m"
+MODEL = TEST_MODEL
 KEY = "test-key-7f3a"
 #: A small window keeps prompt decodes and the store small on 2 cores.
 SMALL = ["--gpu-cache-size", "1024", "--block-size", "128"]
