@@ -44,8 +44,8 @@ def home(name: str) -> Path:
 
 def env(where: Path, threads: int = 1) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    chosen = {"CASCADE_MODEL": str(MODEL)} if "BENCH_MODEL" in os.environ else {}
-    return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": str(threads), **chosen}
+    chosen = {"CASCADE_HOME": str(where), "CASCADE_THREADS": str(threads)}
+    return {**clean, **chosen, "CASCADE_MODEL": str(MODEL)}
 
 
 def chat(

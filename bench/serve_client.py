@@ -31,7 +31,7 @@ def _port() -> int:
 def _env(where: Path) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     threads = os.environ.get("CASCADE_THREADS", "2")
-    chosen = {"CASCADE_MODEL": str(MODEL)} if "BENCH_MODEL" in os.environ else {}
+    chosen = {"CASCADE_MODEL": str(MODEL)}
     return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": threads, **chosen}
 
 
