@@ -1,9 +1,9 @@
-"""The planner's layout under chat: recalled turns recomputed into a gap, documents whose chunks
-the disk budget evicted."""
+"""The planner's layout under chat and serve: recalled turns recomputed into a gap, documents whose
+chunks the disk budget evicted, a damaged document chunk recomputed in its ingest context."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 
 from cascade_cli.config import Settings
+from cascade_cli.documents.catalog import Document
 from cascade_cli.documents.ingest import ingest
 from cascade_cli.documents.library import Library
 from cascade_cli.documents.verify import check
 from cascade_cli.engine import Context, Model
 from cascade_cli.kv import blob as kvblob
+from cascade_cli.prompts.completions import PromptService
+from cascade_cli.prompts.types import Message, Params
 from cascade_cli.session.chat import ChatSession
 from cascade_cli.window.page import Page
 from tests.documents.helpers import (
@@ -196,13 +199,14 @@ def test_rerank_llm_picks_the_note_from_the_recalled_turns_cells(home: Path, ctx
         chat.close()
 
 
-def test_chat_recomputes_a_damaged_document_chunk_in_its_ingest_context(
-    home: Path, ctx: Context, tmp_path: Path
-) -> None:
-    """`chat --doc` whose recall hits a chunk whose file is damaged recomputes it where ingest
-    made it (after the sink and the chunks before it in the ingest window, at its stored
-    position), as `ask` does, saves it back, and answers; `verify` is clean afterwards. It used
-    to decode the chunk at the window's end, after the conversation, and never save it."""
+#: a question to the document `doc`: (the answer, the keys of the pages it laid out)
+Asker = Callable[[Library, Document, str], tuple[str, set[str]]]
+
+
+def _recomputed_in_its_ingest_context(home: Path, ctx: Context, tmp_path: Path, ask: Asker) -> None:
+    """A question whose recall hits a chunk whose file is damaged: the chunk is recomputed where
+    ingest made it (after the sink and the chunks before it in the ingest window, at its stored
+    position), saved back, and the question answered; `verify` is clean afterwards."""
     with _lib(home, ctx) as lib:
         src = write_text(tmp_path / "c.txt", 6000)
         doc = ingest(ctx, lib, src, "c", "utf-8", lambda s: None)
@@ -214,17 +218,49 @@ def test_chat_recomputes_a_damaged_document_chunk_in_its_ingest_context(
         lib.ram.clear()
         text = chunk_text(lib, doc.owner, idx)
         question = " ".join(sorted(set(text.split()), key=len)[-6:])  # its rarest long words
-        chat = ChatSession(ctx, lib, "reader", overrides=GREEDY, documents=[doc])
-        assert _say(chat, question).strip()
-        assert before.key in chat.pages.keys
-        assert chat.totals.tiers["recomputed"] >= 1
+        answer, keys = ask(lib, doc, question)
+        assert answer.strip() and before.key in keys
         lib.pager.flush()
         after = lib.disk.meta(before.key)
         assert after.pos == before.pos and after.checksum != before.checksum
         k1, v1 = kv_of(lib.disk.get(after.key))
         report = check(lib.disk)
         assert not report.damaged, report.damaged
-        chat.close()
         v_other = v_after_neighbour(ctx, lib, doc, idx, WINDOW)  # another context: further off
     assert rel_err(v1, v0) < 0.7 * rel_err(v_other, v0), (rel_err(v1, v0), rel_err(v_other, v0))
     assert rel_err(k1, k0) < 0.1
+
+
+def test_chat_recomputes_a_damaged_document_chunk_in_its_ingest_context(
+    home: Path, ctx: Context, tmp_path: Path
+) -> None:
+    """`chat --doc`: it used to decode the chunk at the window's end, after the conversation,
+    and never save it."""
+
+    def ask(lib: Library, doc: Document, question: str) -> tuple[str, set[str]]:
+        chat = ChatSession(ctx, lib, "reader", overrides=GREEDY, documents=[doc])
+        try:
+            answer = _say(chat, question)
+            assert chat.totals.tiers["recomputed"] >= 1
+            return answer, set(chat.pages.keys)
+        finally:
+            chat.close()
+
+    _recomputed_in_its_ingest_context(home, ctx, tmp_path, ask)
+
+
+def test_a_served_request_recomputes_a_damaged_document_chunk_in_its_ingest_context(
+    home: Path, ctx: Context, tmp_path: Path
+) -> None:
+    """A served chat completion naming the document (`documents`), through the prompt service."""
+
+    def ask(lib: Library, doc: Document, question: str) -> tuple[str, set[str]]:
+        svc = PromptService(ctx, lib, window=WINDOW)
+        try:
+            params = Params(temperature=0.0, max_tokens=16, documents=[doc.name])
+            reply = svc.chat([Message("user", question)], params)
+            return reply.text(), set(svc.pages.keys)
+        finally:
+            svc.close()
+
+    _recomputed_in_its_ingest_context(home, ctx, tmp_path, ask)
