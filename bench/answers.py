@@ -2,7 +2,7 @@
 
 python bench/answers.py --book sed [--model qwen2.5-coder-0.5b] [--chars 60000] [--window 4096]
                         [--conditions ask rag oracle cut] [--rerank off] [--max-tokens 64]
-                        [--cue "Answer: "] [--quote best] [--neighbors 1]
+                        [--cue "Answer: "] [--quote best] [--neighbors 1] [--guard dry]
 
 The book is bench/data/<book>.txt (novels: bench/fetch_text.py; manuals: bench/manuals.py) or,
 for ``--book sample``, the shipped sample (cascade_cli/samples/persuasion.txt), its
@@ -57,7 +57,11 @@ from cascade_cli.session.chat import ChatSession  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
 CONDITIONS = ["ask", "rag", "oracle", "cut", "chat"]
-SAMPLING = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry")
+
+
+def sampling(guard: str) -> SamplerSettings:
+    """Greedy, no repeat penalty (as ask ships), with repetition guard `guard`."""
+    return SamplerSettings(temperature=0, repeat_penalty=1.0, guard=guard)
 
 
 def flat(text: str) -> str:
@@ -90,7 +94,7 @@ def document(
 
 
 def generated(
-    ctx: Context, window: int, tokens: list[int], max_tokens: int
+    ctx: Context, window: int, tokens: list[int], max_tokens: int, guard: str
 ) -> tuple[str, float, int]:
     """(reply, TTFT, tokens generated) after prefilling `tokens` from scratch."""
     win = Window(ctx, window)
@@ -98,7 +102,7 @@ def generated(
     win.append(tokens, logits="last")
     state = Generation(pos=win.end)
     pieces, first = [], 0.0
-    with Sampler(SAMPLING, ctx.model) as sampler:
+    with Sampler(sampling(guard), ctx.model) as sampler:
         for piece in generate(ctx, sampler, WINDOW_SEQ, state, max_tokens, limit=window):
             first = first or time.perf_counter() - t
             pieces.append(piece)
@@ -136,7 +140,7 @@ def run_question(
     res = AskResult(doc=doc.name)
     answer = "".join(ask(ctx, lib, doc, q["q"], res, window=args.window, cue=args.cue,
                          max_tokens=args.max_tokens, rerank=args.rerank, quote=args.quote,
-                         neighbors=args.neighbors))  # fmt: skip
+                         neighbors=args.neighbors, sampling=sampling(args.guard)))  # fmt: skip
     chunks = [lib.disk.meta(doc.chunk_key(c["index"])).tokens.tolist() for c in res.chunks]
     paged = ev in flat("".join(ctx.model.detokenize(c) for c in chunks))
     made: dict[str, Callable[[], list[int]]] = {
@@ -150,7 +154,7 @@ def run_question(
         elif cond == "chat":
             reply, ttft, n = chatted(ctx, lib, doc, q["q"], args)
         else:
-            reply, ttft, n = generated(ctx, args.window, made[cond](), args.max_tokens)
+            reply, ttft, n = generated(ctx, args.window, made[cond](), args.max_tokens, args.guard)
         row = {
             "q": q["q"], "condition": cond,
             "named": any(t.lower() in reply.lower() for t in q["answer_terms"]),
@@ -202,6 +206,7 @@ def main() -> None:
     ap.add_argument("--cue", default=None, help="what the answer follows")
     ap.add_argument("--quote", default=None)
     ap.add_argument("--neighbors", type=int, default=None)
+    ap.add_argument("--guard", default=None, choices=["dry", "stop", "off"], help="repeat guard")
     ap.add_argument("--tag", default="", help="appended to the result's name (a tuning run)")
     ap.add_argument("--questions", type=int, default=0, help="only the first N (0: all)")
     ap.add_argument("--out", type=Path, default=None, help="per-question rows (JSON lines)")
@@ -217,7 +222,8 @@ def main() -> None:
     (WORK / "answers").mkdir(parents=True, exist_ok=True)
     cfg = resolve(
         {"gpu_cache_size": args.window, "block_size": args.block, "compression": "q4",
-         "disk_cache_path": str(WORK / "answers" / model.stem), "memory_cache_size": "256MiB"},
+         "disk_cache_path": str(WORK / "answers" / model.stem), "memory_cache_size": "256MiB",
+         "repeat_guard": args.guard},
         config_file=None,
     )  # fmt: skip
     text = book.read_text(encoding="utf-8")[: args.chars]
@@ -243,7 +249,7 @@ def main() -> None:
         topic="tuning" if args.tag else "answers",
         title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}"
         + (f" — rerank {args.rerank}, quote {args.quote}, neighbors {args.neighbors}, "
-           f"cue {args.cue!r}, replies ≤ {args.max_tokens} tokens ({', '.join(args.conditions)})"
+           f"cue {args.cue!r}, guard {args.guard}, replies ≤ {args.max_tokens} tokens ({', '.join(args.conditions)})"
            if args.tag else ""),
         target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
         "for ≥ 75 % of paged questions; no loops; ask's TTFT ≥ 30× below text RAG's",
@@ -256,7 +262,7 @@ def main() -> None:
         f"{doc.chunks} chunks of {doc.block_size}, {doc.scheme}"
         f"{f'; ingested in {took:.0f} s' if took else ''}); window {args.window}, greedy, "
         f"replies ≤ {args.max_tokens} tokens, rerank {args.rerank}, quote {args.quote}, "
-        f"neighbors {args.neighbors}, cue {args.cue!r}; ask paged in "
+        f"neighbors {args.neighbors}, cue {args.cue!r}, repeat guard {args.guard}; ask paged in "
         f"{statistics.median([r['tokens'] for r in asked]) if asked else 0:.0f} tokens (median).",
     )  # fmt: skip
 
@@ -266,7 +272,8 @@ def shipped(args: argparse.Namespace, model: Path) -> None:
     defaults under the registry entry's own, found by the model's file name)."""
     spec = next((s for s in registry()[1].values() if s.file == model.name), None)
     own = dict(spec.defaults) if spec else {}
-    for arg, key in (("rerank", "rerank"), ("cue", "ask_cue"), ("quote", "quote")):
+    for arg, key in (("rerank", "rerank"), ("cue", "ask_cue"), ("quote", "quote"),
+                     ("guard", "repeat_guard")):  # fmt: skip
         if getattr(args, arg) is None:
             setattr(args, arg, own.get(key, getattr(Settings, key)))
     if args.neighbors is None:
