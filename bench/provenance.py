@@ -124,11 +124,13 @@ def provenance(models: Iterable[Path] = ()) -> dict[str, Any]:
     """What produced a result: commit, dirty flag, builds, model files, machine, command, date."""
     commit, dirty = STARTED
     argv = [os.path.relpath(sys.argv[0], ROOT) if sys.argv[0] else "python", *sys.argv[1:]]
+    chosen = os.environ.get("BENCH_MODEL")  # the chat and serve benchmarks' model
+    env = f"BENCH_MODEL={shlex.quote(os.path.relpath(chosen, ROOT))} " if chosen else ""
     return {
         "commit": commit,
         "dirty": dirty,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python " + shlex.join(argv),
+        "command": env + "python " + shlex.join(argv),
         **_llama(),
         "models": [
             {"file": p.name, "bytes": p.stat().st_size, "sha256": sha256_of(p)}

@@ -202,7 +202,8 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
 
 def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """The result file (bench/provenance.py) for each kind of run."""
-    stem = "" if args.text == TEXT else f"-{args.text.stem}"
+    own = "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"  # as chat_memory.py
+    stem = ("" if args.text == TEXT else f"-{args.text.stem}") + own
     if args.what == "reuse":
         cold = result["cold"]["ttft_s"]
         rows = []
@@ -212,7 +213,7 @@ def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
             rows.append([name.replace("_", " "), f"{row['ttft_s'] * 1000:.1f}",
                          f"**{cold / row['ttft_s']:.1f}×**" if name != "cold" else "1×",
                          u.get("prompt_tokens"), cached, t.get("prompt_n")])  # fmt: skip
-        save("serve-reuse", topic="serve", title="Prompt reuse across requests and a restart",
+        save(f"serve-reuse{own}", topic="serve", title="Prompt reuse across requests and a restart",
              target="a resent or continued conversation ≥ 20× faster to its first token than cold",
              columns=["request", "TTFT ms", "vs cold", "prompt tokens", "cached", "decoded"],
              rows=rows, models=[MODEL],
@@ -223,7 +224,8 @@ def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
         rows = [[name, f"{sum(r[name] for r in trials)}/{len(trials)}"]
                 for name in ("direct", "paraphrase")]  # fmt: skip
         save(f"serve-locker-{args.wording}{stem}", topic="serve",
-             title=f"The locker code through the server ({args.wording} wordings, filler: {args.text.name})",
+             title=f"The locker code through the server ({MODEL.name}, {args.wording} wordings, "
+             f"filler: {args.text.name})",
              target="direct ≥ 9/10", columns=["question", "answered"], rows=rows, models=[MODEL],
              notes=f"Window {args.window}, {args.windows:g} windows of filler after turn 1, "
              "greedy, replies ≤ 32 tokens; the client resends the whole conversation.",
@@ -232,7 +234,7 @@ def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
         rows = [[mode, result[mode]["wall_s"], result[mode]["rss_idle_mib"],
                  result[mode]["rss_peak_mib"], len(result[mode]["errors"])]
                 for mode in ("sequential", "concurrent")]  # fmt: skip
-        save("serve-clients", topic="serve",
+        save(f"serve-clients{own}", topic="serve",
              title=f"{args.clients} clients × {args.requests} requests at once vs one at a time",
              target="RSS peak at most 15 % above the one-at-a-time run's",
              columns=["run", "wall s", "RSS idle MiB", "RSS peak MiB", "errors"], rows=rows,
