@@ -153,7 +153,8 @@ def main() -> None:
     save(
         f"chat-memory-{args.wording}-{args.window}{tag}",
         topic="chat",
-        title=f"The locker code through chat after ≥ {args.windows:g} windows ({args.wording} "
+        title=f"The locker code through chat ({MODEL.name}) after ≥ {args.windows:g} windows "
+        f"({args.wording} "
         f"wordings, filler: {args.text.name}, window {args.window})",
         target="direct ≥ 9/10, paraphrase ≥ 5/10",
         columns=["question", "answered", "turn 1 recalled"],
