@@ -43,9 +43,17 @@ def home(name: str) -> Path:
 
 
 def env(where: Path, threads: int = 1) -> dict[str, str]:
+    """A CLI run's environment: no other CASCADE_* setting, this home, threads and MODEL."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    chosen = {"CASCADE_HOME": str(where), "CASCADE_THREADS": str(threads)}
-    return {**clean, **chosen, "CASCADE_MODEL": str(MODEL)}
+    return {
+        **clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": str(threads),
+        "CASCADE_MODEL": str(MODEL),
+    }  # fmt: skip
+
+
+def model_tag() -> str:
+    """The model's part of a result file's name: none for SmolLM2 (the first figures' model)."""
+    return "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"
 
 
 def chat(

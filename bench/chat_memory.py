@@ -29,7 +29,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import MODEL, TEXT, WORDINGS, chat, env, filler, home  # noqa: E402
+from bench.chat_common import (  # noqa: E402
+    MODEL,
+    TEXT,
+    WORDINGS,
+    chat,
+    env,
+    filler,
+    home,
+    model_tag,
+)
 from bench.provenance import save  # noqa: E402
 
 #: recall's embedding model, linked into the session home beside the generator
@@ -149,7 +158,7 @@ def main() -> None:
                      f"{ok}/{distance}", "(in the window)"])  # fmt: skip
     tag = "" if args.windows == 3 else f"-{args.windows:g}windows"
     tag += "" if args.text == TEXT else f"-{args.text.stem}"
-    tag += "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"
+    tag += model_tag()
     save(
         f"chat-memory-{args.wording}-{args.window}{tag}",
         topic="chat",

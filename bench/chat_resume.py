@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import MODEL, chat, env, filler, home  # noqa: E402
+from bench.chat_common import MODEL, chat, env, filler, home, model_tag  # noqa: E402
 from bench.provenance import save  # noqa: E402
 
 QUESTION = "Which character did we talk about most so far? Answer in one sentence."
@@ -111,7 +111,7 @@ def main() -> None:
         print(rows[-1], flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     save(
-        "chat-resume" + ("" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"),
+        "chat-resume" + model_tag(),
         topic="chat",
         title=f"Chat resume vs re-prefill ({MODEL.name})",
         target="TTFT after the restore ≥ 50× below a re-prefill of the window",

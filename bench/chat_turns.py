@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import MODEL, filler  # noqa: E402
+from bench.chat_common import MODEL, filler, model_tag  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from cascade_cli.config import resolve  # noqa: E402
 from cascade_cli.documents.library import Library  # noqa: E402
@@ -122,7 +122,7 @@ def cost(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
                       f"{med[2] * 1e3:.1f}", f"{med[3] * 1e3:.1f}", f"**{med[4] * 1e3:.1f}**",
                       f"{max(r[5] for r in sel) * 1e3:.1f}"])  # fmt: skip
     save(
-        f"chat-turns-cost-{args.window}{_model_tag()}",
+        f"chat-turns-cost-{args.window}{model_tag()}",
         topic="chat",
         title=f"What paging adds to a chat turn (window {args.window}, {MODEL.name})",
         target="median added cost per paging turn (recall + layout + K-shift) ≤ 150 ms",
@@ -159,7 +159,7 @@ def rss(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
     save(
         f"chat-turns-rss-{args.window}"
         + ("" if args.chars == 800 else f"-{args.chars}chars")
-        + _model_tag(),
+        + model_tag(),
         topic="chat",
         title=f"Memory over {args.turns} chat turns in one process (window {args.window}, "
         f"{MODEL.name})",
@@ -172,10 +172,6 @@ def rss(args: argparse.Namespace, ctx: Context, lib: Library) -> None:
         f"{args.chars} characters about passages of Emma, greedy, replies ≤ 16 tokens, "
         f"{args.threads} thread(s).",
     )
-
-
-def _model_tag() -> str:
-    return "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"
 
 
 def main() -> None:

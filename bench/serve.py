@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import MODEL, TEXT, WORDINGS, filler, home  # noqa: E402
+from bench.chat_common import MODEL, TEXT, WORDINGS, filler, home, model_tag  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from bench.serve_client import serving, stream  # noqa: E402
 
@@ -202,7 +202,7 @@ def clients(args: argparse.Namespace) -> dict[str, Any]:
 
 def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """The result file (bench/provenance.py) for each kind of run."""
-    own = "" if MODEL.name.startswith("SmolLM2") else f"-{MODEL.stem}"  # as chat_memory.py
+    own = model_tag()
     stem = ("" if args.text == TEXT else f"-{args.text.stem}") + own
     if args.what == "reuse":
         cold = result["cold"]["ttft_s"]

@@ -19,7 +19,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.chat_common import MODEL  # noqa: E402
+from bench.chat_common import env  # noqa: E402
 
 
 def _port() -> int:
@@ -29,10 +29,7 @@ def _port() -> int:
 
 
 def _env(where: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    threads = os.environ.get("CASCADE_THREADS", "2")
-    chosen = {"CASCADE_MODEL": str(MODEL)}
-    return {**clean, "CASCADE_HOME": str(where), "CASCADE_THREADS": threads, **chosen}
+    return env(where, int(os.environ.get("CASCADE_THREADS", "2")))
 
 
 class Server:
