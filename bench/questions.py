@@ -7,8 +7,11 @@ with an evidence string (verbatim, unique in the book) inside the answering sent
 cut into chunks exactly as `cascade ingest` cuts it and each chunk is indexed through the same
 Recall.index call ingest makes (passages, FTS5, embeddings); no KV is computed, since recall reads
 only the index. Per question: the chunks `ask` would page in at --window (hybrid, the default),
-the rank of the answer chunk under hybrid, bm25 and semantic, and the old recall's choice —
-chunk-level BM25 top-1 over whole chunk texts (FTS5 across the document), what `ask` used before.
+the rank of the answer chunk under hybrid, bm25 and semantic, the old recall's choice —
+chunk-level BM25 top-1 over whole chunk texts (FTS5 across the document), what `ask` used before —
+and whether the passage `ask` quotes before the question (recall.plan's QUOTE policy over the
+chunks it pages in, cut to QUOTE_WORDS words) holds the evidence. ``--model`` cuts the chunks with
+that model's tokenizer (a .gguf path; the index is kept per tokenizer).
 
 The table goes to bench/results/questions-<books>-<window>-<block>.json (bench/provenance.py).
 Needs no earlier run: each book's index is made under bench/.work/questions on first use; the
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sqlite3
 import statistics
 import sys
@@ -37,7 +41,8 @@ from cascade_cli.engine.embed import Embedder  # noqa: E402
 from cascade_cli.recall import Recall, fill  # noqa: E402
 from cascade_cli.recall.lexical import query_terms  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
-from cascade_cli.recall.plan import arrange  # noqa: E402
+from cascade_cli.recall.plan import QUOTE, QUOTE_WORDS, arrange  # noqa: E402
+from cascade_cli.recall.select import to_quote  # noqa: E402
 from cascade_cli.store import DiskStore  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
@@ -53,14 +58,27 @@ class _Lib:
         self.embedder_factory = (lambda: Embedder(EMBED, threads=2)) if embed else None
 
 
-def load_book(model: Model, book: str, block: int) -> tuple[list[Any], list[str], list[int]]:
-    """A book's hand-written questions, its chunks as text, and each chunk's first character
-    (plus the end)."""
+def book_path(book: str) -> Path:
+    """bench/data/<book>.txt (or .md); "sample" is the shipped sample, Persuasion's opening."""
+    if book == "sample":
+        return ROOT / "cascade_cli" / "samples" / "persuasion.txt"
     path = DATA / f"{book}.txt"
-    if not path.exists():  # a manual: bench/data/nodefs.md is /usr/share/doc/nodejs/api/fs.md
-        path = DATA / f"{book}.md"
-    text = path.read_text(encoding="utf-8")
+    # a manual: bench/data/nodefs.md is /usr/share/doc/nodejs/api/fs.md
+    return path if path.exists() else DATA / f"{book}.md"
+
+
+def load_book(
+    model: Model, book: str, block: int, chars: int = 0
+) -> tuple[list[Any], list[str], list[int]]:
+    """A book's hand-written questions (those whose evidence lies in its first `chars`
+    characters, cut at a line end, as bench/answers.py cuts it; 0: the whole book), its chunks
+    as text, and each chunk's first character (plus the end)."""
+    text = book_path(book).read_text(encoding="utf-8")
+    if chars:
+        text = text[:chars]
+        text = text[: text.rfind("\n") + 1] or text
     qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
+    qs = [q for q in qs if flat(q["evidence"]) in flat(text)]
     texts = chunk_texts(model, text, block)
     starts = [0]
     for t in texts:
@@ -113,28 +131,46 @@ def old_top1(texts: list[str], question: str) -> int:
     return int(row[0]) if row else -1
 
 
-def run_book(model: Model, book: str, window: int, block: int) -> dict[str, float]:
-    qs, texts, starts = load_book(model, book, block)
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def quoted(recall: Recall, hits: list[Any], chosen: list[tuple[str, int]], question: str) -> str:
+    """The text `ask` quotes before `question` (recall.plan: the QUOTE policy over the hits it
+    pages in, QUOTE_WORDS words shared between the quotes)."""
+    picked = [h for h in hits if (h.owner, h.chunk) in set(chosen)]
+    quotes = to_quote(picked, QUOTE, recall.methods("hybrid"))
+    held = {c for _, c in chosen}
+    return " ".join(
+        recall.quote_text(h, question, QUOTE_WORDS // len(quotes), held) for h in quotes
+    )
+
+
+def run_book(model: Model, book: str, window: int, block: int, chars: int) -> dict[str, float]:
+    qs, texts, starts = load_book(model, book, block, chars)
     joined = "".join(texts)
     budget = (window - 41 - 32 - 256) // block  # prefix, question, answer reserve as in ask
     # the index is kept per book and passage settings, so fusion changes rerun in seconds
-    tag = f"{book}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}"
+    tag = f"{book}{chars or ''}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}" + (
+        "" if model.path == MODEL else f"-{model.path.stem}"
+    )
     with DiskStore.open(WORK / "questions" / tag, "questions-bench") as disk:
         t0 = time.perf_counter()
         recall = indexed_recall(disk, texts, starts)
         index_s = time.perf_counter() - t0
         counts = recall.passage_counts("doc:1")
         res = {"ask": 0, "hybrid@1": 0, "hybrid@3": 0, "bm25@1": 0, "semantic@1": 0, "old": 0}
+        res |= {"quote": 0, "paged": 0}
         times, lex, sem = [], [], []
         for q in qs:
-            at = joined.find(q["evidence"])
-            if at < 0:
+            found = re.search(r"\s+".join(map(re.escape, q["evidence"].split())), joined)
+            if found is None:
                 raise SystemExit(
                     f"{book}: evidence not found after tokenization: {q['evidence']!r}"
                 )
-            end = at + len(q["evidence"]) - 1
+            at, end = found.start(), found.end() - 1
             answer = {i for i in range(len(texts)) if starts[i] <= end and at < starts[i + 1]}
-            row = []
+            row, said = [], None
             for mode in ("hybrid", "bm25", "semantic"):
                 t_search = time.perf_counter()
                 hits = recall.search(["doc:1"], q["q"], mode, subject=True)  # as ask does
@@ -145,6 +181,10 @@ def run_book(model: Model, book: str, window: int, block: int) -> dict[str, floa
                     chosen = fill(hits, budget, lambda o: len(texts), lambda o, c: counts.get(c, 1))
                     got = arrange([c for _, c in chosen])
                     res["ask"] += bool(answer & set(got))
+                    if answer & set(got):
+                        res["paged"] += 1
+                        said = flat(q["evidence"]) in flat(quoted(recall, hits, chosen, q["q"]))
+                        res["quote"] += said
                     res["hybrid@3"] += bool(answer & {h.chunk for h in hits[:3]})
                 ranks = [h.chunk for h in hits]
                 rank = min((ranks.index(a) for a in answer if a in ranks), default=99)
@@ -153,7 +193,8 @@ def run_book(model: Model, book: str, window: int, block: int) -> dict[str, floa
             old = old_top1(texts, q["q"])
             res["old"] += old in answer
             print(
-                f"  {book} {q['q'][:60]!r:64} {' '.join(row)} old:{'Y' if old in answer else 'n'}"
+                f"  {book} {q['q'][:60]!r:64} {' '.join(row)} old:{'Y' if old in answer else 'n'} "
+                f"quote:{'-' if said is None else 'Y' if said else 'n'}"
             )
         recall.close()
     n = len(qs)
@@ -170,9 +211,11 @@ def main() -> None:
     )
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
+    ap.add_argument("--chars", type=int, default=0, help="only the first N characters (0: all)")
+    ap.add_argument("--model", type=Path, default=MODEL, help="whose tokenizer cuts the chunks")
     args = ap.parse_args()
     for b in args.books:
-        if not (DATA / f"{b}.txt").exists() and not (DATA / f"{b}.md").exists():
+        if not book_path(b).exists():
             how = (
                 "cp /usr/share/doc/nodejs/api/fs.md bench/data/nodefs.md"
                 if b == "nodefs"
@@ -180,8 +223,8 @@ def main() -> None:
             )
             raise SystemExit(f"bench/data/{b}.txt is missing: {how}")
     set_verbose(False)
-    model = Model(MODEL)
-    rows = {b: run_book(model, b, args.window, args.block) for b in args.books}
+    model = Model(args.model)
+    rows = {b: run_book(model, b, args.window, args.block, args.chars) for b in args.books}
     if len(rows) > 1:  # the books together, each question counted once
         n = sum(r["n"] for r in rows.values())
         keys = [k for k in next(iter(rows.values())) if k != "n"]
@@ -190,17 +233,20 @@ def main() -> None:
     for b, r in rows.items():
         pct = {k: f"{100 * v:.0f} %" for k, v in r.items() if k != "n"}
         table.append([b, f"{r['n']:.0f}", f"**{pct['ask']}**", pct["hybrid@1"], pct["hybrid@3"],
-                      pct["bm25@1"], pct["semantic@1"], pct["old"]])  # fmt: skip
+                      pct["bm25@1"], pct["semantic@1"], pct["old"],
+                      f"{r['quote'] * r['n']:.0f} of {r['paged'] * r['n']:.0f}"])  # fmt: skip
     save(
-        f"questions-{'-'.join(args.books)}-{args.window}-{args.block}",
+        f"questions-{'-'.join(args.books)}-{args.window}-{args.block}"
+        + (f"-{args.chars}" if args.chars else "")
+        + ("" if args.model == MODEL else f"-{args.model.stem}"),
         topic="recall",
         title=f"Real questions: the answer's chunk recalled ({', '.join(args.books)})",
         target="the answer's chunk paged in ≥ 85 % overall, ≥ 80 % in each book",
         columns=["book", "questions", "`ask` pages it in (hybrid, budget filled)",
                  "hybrid top-1", "hybrid top-3", "bm25 passages top-1", "semantic top-1",
-                 "old: BM25 chunk top-1"],
+                 "old: BM25 chunk top-1", "quote holds the evidence (of paged)"],
         rows=table,
-        models=[MODEL, EMBED],
+        models=[args.model, EMBED],
         notes=f"Window {args.window}, block {args.block}: the hand-written questions of "
         "bench/questions/<book>.json, each with its verbatim evidence; the chunks as `ingest` "
         "cuts and indexes them (passages, FTS5, embeddings), recall only — no KV is computed.",
