@@ -159,7 +159,7 @@ def run_question(
             "q": q["q"], "condition": cond,
             "named": any(t.lower() in reply.lower() for t in q["answer_terms"]),
             "loops": loops(reply), "cut": cut_mid_sentence(reply, int(n), args.max_tokens),
-            "ttft_s": round(ttft, 4), "answer": reply.strip()[:120],
+            "ttft_s": round(ttft, 4), "answer": reply.strip()[:120], "ends": reply.strip()[-80:],
         }  # fmt: skip
         if cond == "ask":
             row["paged"] = paged
@@ -250,7 +250,7 @@ def main() -> None:
         title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}"
         + (f" — rerank {args.rerank}, quote {args.quote}, neighbors {args.neighbors}, "
            f"cue {args.cue!r}, guard {args.guard}, replies ≤ {args.max_tokens} tokens ({', '.join(args.conditions)})"
-           if args.tag else ""),
+           f" [{args.tag.strip('-')}]" if args.tag else ""),
         target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
         "for ≥ 75 % of paged questions; no loops; ask's TTFT ≥ 30× below text RAG's",
         columns=["condition", "questions", "answer names the answer", "looping",

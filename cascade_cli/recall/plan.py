@@ -45,10 +45,11 @@ MAX_RECALLED = 2
 #: echoed (locker direct 2/5); see BENCHMARKS.md, "One planner".
 QUOTE = Settings.quote  # the setting's default (config.py), the one place it is set
 #: Words of a passage quoted (shared by the quotes of one request): the window around the
-#: question's words (recall.focus). Chosen on *Emma*'s questions; see BENCHMARKS.md, "Quotes".
-QUOTE_WORDS = 48
+#: question's words (recall.focus). Chosen on the tuning texts (the sed manual, Persuasion and
+#: three more novels) with Qwen2.5-Coder 0.5B; see BENCHMARKS.md, "Quotes".
+QUOTE_WORDS = 64
 #: Most tokens all quoted passages take together (the quote's frame comes on top: QUOTE_ROOM).
-QUOTE_TOKENS = 64
+QUOTE_TOKENS = 96
 #: Window positions kept for a quote (passages and their frame) while quoting is on.
 QUOTE_ROOM = QUOTE_TOKENS + 32
 #: Window order of recalled chunks ('relevance': best run nearest the question; 'document').

@@ -33,15 +33,20 @@ def whole(conn: sqlite3.Connection, row: Row) -> str:
 
 
 def reading(conn: sqlite3.Connection, row: Row, held: Container[int] | None = None) -> str:
-    """What a quote of `row` reads from: its whole text and, in a document, the passage after
-    it. The sentence after the one that shares a question's words is often the one that
-    answers it ("what errand took Frank to London?" — "…merely to have his hair cut"). The
-    passage after may open the next chunk only where that chunk is in `held` (None: any) — a
-    quote is copied from the chunks the window holds. A conversation's passage stays alone (the
-    next may be another speaker's)."""
+    """What a quote of `row` reads from: its whole text and, in a document, the passages on
+    either side of it. The sentence after the one that shares a question's words is often the
+    one that answers it ("what errand took Frank to London?" — "…merely to have his hair cut"),
+    and in a manual the one before it (an option's name, then what it does). The passage before
+    comes from the same chunk only, and the passage after may open the next chunk only where
+    that chunk is in `held` (None: any) — a quote is copied from the chunks the window holds. A
+    conversation's passage stays alone (the next may be another speaker's)."""
     parts = _parts(conn, row)
     if row.owner.startswith(DOCUMENT):
-        last = parts[-1]
+        first, last = parts[0], parts[-1]
+        if first.pidx > 0:
+            before = passage(conn, row.owner, first.chunk, first.pidx - 1)
+            if before is not None:
+                parts.insert(0, before)
         after = passage(conn, row.owner, last.chunk, last.pidx + 1)
         if after is None and (held is None or last.chunk + 1 in held):
             after = passage(conn, row.owner, last.chunk + 1, 0)

@@ -302,6 +302,32 @@ def test_a_document_quote_reads_on_into_the_passage_after_it(recall: Recall) -> 
     assert recall.quote_text(turn, question, 48) == f"User: {asks}"
 
 
+def test_a_document_quote_reads_back_into_the_passage_before_it_in_its_chunk(
+    recall: Recall,
+) -> None:
+    """In a manual the sentence before the one that shares a question's words often names what
+    it asks for (an option, then what it is for): a document's quote takes the passage before
+    its best one where that passage is in the same chunk (a quote is copied from its chunk's
+    cells), never from the chunk before."""
+    before = (
+        "The --unbuffered option buffers both input and output of the editor as minimally "
+        "as it is practical to do."
+    )
+    best = "This is particularly useful when the input is coming from tail -f and you watch it."
+    after = "The --null-data option treats the input as lines that each end with a zero byte."
+    question = "What helps when piping tail -f?"
+    recall.index("doc:1", 0, f"{before} {best} {after}", 0)
+    recall.index("doc:2", 0, f"{before} ", 0)
+    recall.index("doc:2", 1, f"{best} {after}", len(before) + 1)
+    for owner, quote in (
+        ("doc:1", f"{before} {best} {after}"),
+        ("doc:2", f"{best} {after}"),  # the best passage opens its chunk
+    ):
+        (hit, *_) = recall.search([owner], question, "bm25")
+        assert recall.passage_texts([hit]) == [best]
+        assert recall.quote_text(hit, question, 64) == quote
+
+
 def test_quote_policies() -> None:
     """'agree' quotes the best hit only when every method ranked it first; 'tops' quotes each
     method's first."""
