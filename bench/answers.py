@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.niah import EMBED, WORK  # noqa: E402
 from bench.provenance import save  # noqa: E402
+from bench.questions import book_path, flat  # noqa: E402
 from cascade_cli.config import Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
@@ -62,10 +63,6 @@ CONDITIONS = ["ask", "rag", "oracle", "cut", "chat"]
 def sampling(guard: str) -> SamplerSettings:
     """Greedy, no repeat penalty (as ask ships), with repetition guard `guard`."""
     return SamplerSettings(temperature=0, repeat_penalty=1.0, guard=guard)
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def model_path(name: str) -> Path:
@@ -214,9 +211,7 @@ def main() -> None:
     set_verbose(False)
     model = model_path(args.model)
     shipped(args, model)
-    book = ROOT / "bench" / "data" / f"{args.book}.txt"
-    if args.book == "sample":
-        book = ROOT / "cascade_cli" / "samples" / "persuasion.txt"
+    book = book_path(args.book)
     if not book.exists():
         raise SystemExit(f"{book} is missing: python bench/fetch_text.py or bench/manuals.py")
     (WORK / "answers").mkdir(parents=True, exist_ok=True)

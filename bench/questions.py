@@ -9,8 +9,8 @@ Recall.index call ingest makes (passages, FTS5, embeddings); no KV is computed, 
 only the index. Per question: the chunks `ask` would page in at --window (hybrid, the default),
 the rank of the answer chunk under hybrid, bm25 and semantic, the old recall's choice —
 chunk-level BM25 top-1 over whole chunk texts (FTS5 across the document), what `ask` used before —
-and whether the passage `ask` quotes before the question (recall.plan's QUOTE policy over the
-chunks it pages in, cut to QUOTE_WORDS words) holds the evidence. ``--model`` cuts the chunks with
+and whether the passage `ask` quotes before the question (recall.plan.quote_texts over the chunks
+it pages in) holds the evidence. ``--model`` cuts the chunks with
 that model's tokenizer (a .gguf path; the index is kept per tokenizer).
 
 The table goes to bench/results/questions-<books>-<window>-<block>.json (bench/provenance.py).
@@ -41,8 +41,7 @@ from cascade_cli.engine.embed import Embedder  # noqa: E402
 from cascade_cli.recall import Recall, fill  # noqa: E402
 from cascade_cli.recall.lexical import query_terms  # noqa: E402
 from cascade_cli.recall.passages import MAX_WORDS, MIN_WORDS, TARGET_WORDS  # noqa: E402
-from cascade_cli.recall.plan import QUOTE, QUOTE_WORDS, arrange  # noqa: E402
-from cascade_cli.recall.select import to_quote  # noqa: E402
+from cascade_cli.recall.plan import QUOTE, arrange, quote_texts  # noqa: E402
 from cascade_cli.store import DiskStore  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
@@ -135,17 +134,6 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def quoted(recall: Recall, hits: list[Any], chosen: list[tuple[str, int]], question: str) -> str:
-    """The text `ask` quotes before `question` (recall.plan: the QUOTE policy over the hits it
-    pages in, QUOTE_WORDS words shared between the quotes)."""
-    picked = [h for h in hits if (h.owner, h.chunk) in set(chosen)]
-    quotes = to_quote(picked, QUOTE, recall.methods("hybrid"))
-    held = {c for _, c in chosen}
-    return " ".join(
-        recall.quote_text(h, question, QUOTE_WORDS // len(quotes), held) for h in quotes
-    )
-
-
 def run_book(model: Model, book: str, window: int, block: int, chars: int) -> dict[str, float]:
     qs, texts, starts = load_book(model, book, block, chars)
     joined = "".join(texts)
@@ -183,7 +171,14 @@ def run_book(model: Model, book: str, window: int, block: int, chars: int) -> di
                     res["ask"] += bool(answer & set(got))
                     if answer & set(got):
                         res["paged"] += 1
-                        said = flat(q["evidence"]) in flat(quoted(recall, hits, chosen, q["q"]))
+                        said = flat(q["evidence"]) in flat(
+                            " ".join(
+                                t
+                                for _, t in quote_texts(
+                                    recall, hits, chosen, QUOTE, "hybrid", q["q"]
+                                )
+                            )
+                        )
                         res["quote"] += said
                     res["hybrid@3"] += bool(answer & {h.chunk for h in hits[:3]})
                 ranks = [h.chunk for h in hits]

@@ -252,18 +252,34 @@ def plan(recall: Recall, req: Request) -> Plan:
         )
     out.recalled = _arrange(req, chosen)
     if room and not out.cut:  # never a quote inside the message being answered
-        picked = [h for h in hits if (h.owner, h.chunk) in set(chosen)]
-        quoted = to_quote(picked, policy, recall.methods(req.mode))
         names = {s.owner: s.name for s in req.sources}
-        seen: set[str] = set()
-        for h in quoted:
-            held = {c for o, c in chosen if o == h.owner}
-            text = recall.quote_text(h, query_of(req.query), QUOTE_WORDS // len(quoted), held)
-            if text.strip() and text not in seen:  # one text, quoted once
-                seen.add(text)
-                out.quotes.append(Quote(text, h.owner, h.chunk, names.get(h.owner, "")))
+        for h, text in quote_texts(recall, hits, chosen, policy, req.mode, query_of(req.query)):
+            out.quotes.append(Quote(text, h.owner, h.chunk, names.get(h.owner, "")))
         out.quote_room = room if out.quotes else 0
     out.recall_s = time.perf_counter() - t0
+    return out
+
+
+def quote_texts(
+    recall: Recall,
+    hits: Sequence[Hit],
+    chosen: Sequence[tuple[str, int]],
+    policy: str,
+    mode: str,
+    query: str,
+) -> list[tuple[Hit, str]]:
+    """The hits `policy` quotes among those paged in (`chosen`) and the text of each: its
+    passage cut to QUOTE_WORDS words shared between the quotes, each distinct text once."""
+    paged = set(chosen)
+    quoted = to_quote(
+        [h for h in hits if (h.owner, h.chunk) in paged], policy, recall.methods(mode)
+    )
+    out: list[tuple[Hit, str]] = []
+    for h in quoted:
+        held = {c for o, c in chosen if o == h.owner}
+        text = recall.quote_text(h, query, QUOTE_WORDS // len(quoted), held)
+        if text.strip() and all(text != t for _, t in out):  # one text, quoted once
+            out.append((h, text))
     return out
 
 
