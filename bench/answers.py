@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.niah import EMBED, WORK  # noqa: E402
 from bench.provenance import save  # noqa: E402
-from bench.questions import book_path, flat  # noqa: E402
+from bench.questions import book_path, cut, flat  # noqa: E402
 from cascade_cli.config import Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
@@ -80,9 +80,8 @@ def document(
         return catalog.find(lib.conn, name), None
     except CascadeError:
         pass
-    text = book.read_text(encoding="utf-8")[:chars]
     src = WORK / "answers" / f"{name}.txt"
-    src.write_text(text[: text.rfind("\n") + 1] or text, encoding="utf-8")
+    src.write_text(cut(book.read_text(encoding="utf-8"), chars), encoding="utf-8")
     t = time.perf_counter()
     doc = ingest(ctx, lib, src, name, "utf-8", lambda s: None)
     took = time.perf_counter() - t
@@ -221,7 +220,7 @@ def main() -> None:
          "repeat_guard": args.guard},
         config_file=None,
     )  # fmt: skip
-    text = book.read_text(encoding="utf-8")[: args.chars]
+    text = cut(book.read_text(encoding="utf-8"), args.chars)
     qs = json.loads((ROOT / "bench" / "questions" / f"{args.book}.json").read_text())["questions"]
     qs = [q for q in qs if flat(q["evidence"]) in flat(text)]
     qs = qs[: args.questions] if args.questions else qs

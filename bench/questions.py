@@ -11,7 +11,8 @@ the rank of the answer chunk under hybrid, bm25 and semantic, the old recall's c
 chunk-level BM25 top-1 over whole chunk texts (FTS5 across the document), what `ask` used before —
 and whether the passage `ask` quotes before the question (recall.plan.quote_texts over the chunks
 it pages in) holds the evidence. ``--model`` cuts the chunks with
-that model's tokenizer (a .gguf path; the index is kept per tokenizer).
+that model's tokenizer (a .gguf path; the index is kept per text and chunk cuts). --chars
+takes the first N characters cut back to a line end, as bench/answers.py ingests them.
 
 The table goes to bench/results/questions-<books>-<window>-<block>.json (bench/provenance.py).
 Needs no earlier run: each book's index is made under bench/.work/questions on first use; the
@@ -22,6 +23,7 @@ texts come from bench/fetch_text.py (bench/data/nodefs.md: a copy of Debian's
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sqlite3
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.niah import EMBED, MODEL  # noqa: E402
 from bench.provenance import save  # noqa: E402
+from cascade_cli.documents.formats import extract  # noqa: E402
 from cascade_cli.engine import Model, set_verbose  # noqa: E402
 from cascade_cli.engine.embed import Embedder  # noqa: E402
 from cascade_cli.recall import Recall, fill  # noqa: E402
@@ -66,16 +69,33 @@ def book_path(book: str) -> Path:
     return path if path.exists() else DATA / f"{book}.md"
 
 
+def cut(text: str, chars: int) -> str:
+    """The first `chars` characters cut back to a line end (0: all): the text a run ingests."""
+    if not chars:
+        return text
+    text = text[:chars]
+    return text[: text.rfind("\n") + 1] or text
+
+
+def ingested_text(book: str, chars: int) -> str:
+    """The text `cascade ingest` makes of the book's first `chars` characters: the same
+    extraction (a hard-wrapped plain text's paragraphs joined: documents.wrap)."""
+    path = book_path(book)
+    if chars:
+        (WORK / "questions").mkdir(parents=True, exist_ok=True)
+        part = WORK / "questions" / f"{book}-{chars}{path.suffix}"
+        part.write_text(cut(path.read_text(encoding="utf-8"), chars), encoding="utf-8")
+        path = part
+    return extract(path).text
+
+
 def load_book(
     model: Model, book: str, block: int, chars: int = 0
 ) -> tuple[list[Any], list[str], list[int]]:
-    """A book's hand-written questions (those whose evidence lies in its first `chars`
-    characters, cut at a line end, as bench/answers.py cuts it; 0: the whole book), its chunks
-    as text, and each chunk's first character (plus the end)."""
-    text = book_path(book).read_text(encoding="utf-8")
-    if chars:
-        text = text[:chars]
-        text = text[: text.rfind("\n") + 1] or text
+    """A book's hand-written questions (those whose evidence lies in the text a run ingests of
+    its first `chars` characters; 0: the whole book), its chunks as text, and each chunk's
+    first character (plus the end)."""
+    text = ingested_text(book, chars)
     qs = json.loads((QUESTIONS / f"{book}.json").read_text(encoding="utf-8"))["questions"]
     qs = [q for q in qs if flat(q["evidence"]) in flat(text)]
     texts = chunk_texts(model, text, block)
@@ -138,10 +158,9 @@ def run_book(model: Model, book: str, window: int, block: int, chars: int) -> di
     qs, texts, starts = load_book(model, book, block, chars)
     joined = "".join(texts)
     budget = (window - 41 - 32 - 256) // block  # prefix, question, answer reserve as in ask
-    # the index is kept per book and passage settings, so fusion changes rerun in seconds
-    tag = f"{book}{chars or ''}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}" + (
-        "" if model.path == MODEL else f"-{model.path.stem}"
-    )
+    # the index is kept per text and passage settings, so fusion changes rerun in seconds
+    sha = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]  # text and cuts
+    tag = f"{book}{chars or ''}-{sha}-{block}-{TARGET_WORDS}-{MIN_WORDS}-{MAX_WORDS}"
     with DiskStore.open(WORK / "questions" / tag, "questions-bench") as disk:
         t0 = time.perf_counter()
         recall = indexed_recall(disk, texts, starts)

@@ -4,8 +4,10 @@ question's words, so the quote that ask, chat and serve decode before the questi
 A passage is up to MAX_WORDS (recall.passages) words, one long sentence of a novel or a stretch
 of a manual. The quote keeps the `most`-word window holding the most occurrences of the query's
 content words (a word matches a term when they share their first PREFIX letters, so "lockers"
-matches "locker"), the hits as near its middle as the passage allows; a cut end is marked "…".
-A passage with no query word in it keeps its start.
+matches "locker"); among those, one that opens a sentence, and the latest such — the sentence that
+holds the question's words and what follows it, since the answer tends to come after the words a
+question shares with the text (measured: BENCHMARKS.md, "quote holds the evidence"). A cut end is
+marked "…". A passage with no query word in it keeps its start.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from cascade_cli.recall.scripts import unspaced
 #: Letters two words must share to count as one term (a crude stem: locker/lockers, pay/paid no).
 PREFIX = 5
 _EDGE = re.compile(r"^\W+|\W+$")
+#: The end of a sentence (or of a clause that introduces one): where a quote may open.
+_STOP = re.compile(r"[.!?:;][\"'’”)\]]*\s|[。！？]")
 
 
 def _key(word: str) -> str:
@@ -60,12 +64,16 @@ def window(text: str, query: str, most: int) -> tuple[int, int]:
     windows = range(len(spans) - most + 1)
     at = [i for i, h in enumerate(hits) if h]
 
-    def rank(s: int) -> tuple[int, float]:
+    def opens(s: int) -> bool:
+        return s == 0 or _STOP.search(text[spans[s - 1][0] : spans[s][0]]) is not None
+
+    def rank(s: int) -> tuple[int, bool, float]:
         inside = [i for i in at if s <= i < s + most]
         if not inside:
-            return (0, -s)
-        middle = (inside[0] + inside[-1]) / 2
-        return (len(inside), -abs(middle - (s + (most - 1) / 2)))
+            return (0, True, -s)
+        if opens(s):  # the latest sentence start that keeps them: what follows them
+            return (len(inside), True, s)
+        return (len(inside), False, -abs((inside[0] + inside[-1]) / 2 - (s + (most - 1) / 2)))
 
     s = max(windows, key=rank)
     e = s + most

@@ -37,8 +37,9 @@ def reading(conn: sqlite3.Connection, row: Row, held: Container[int] | None = No
     either side of it. The sentence after the one that shares a question's words is often the
     one that answers it ("what errand took Frank to London?" — "…merely to have his hair cut"),
     and in a manual the one before it (an option's name, then what it does). The passage before
-    comes from the same chunk only, and the passage after may open the next chunk only where
-    that chunk is in `held` (None: any) — a quote is copied from the chunks the window holds. A
+    comes from the same chunk only, and the passage after may open the next chunk, or run on
+    into it to its sentence's end, only where that chunk is in `held` (None: any) — a quote is
+    copied from the chunks the window holds. A
     conversation's passage stays alone (the next may be another speaker's)."""
     parts = _parts(conn, row)
     if row.owner.startswith(DOCUMENT):
@@ -50,8 +51,12 @@ def reading(conn: sqlite3.Connection, row: Row, held: Container[int] | None = No
         after = passage(conn, row.owner, last.chunk, last.pidx + 1)
         if after is None and (held is None or last.chunk + 1 in held):
             after = passage(conn, row.owner, last.chunk + 1, 0)
-        if after is not None:
-            parts.append(after)
+        if after is not None:  # with the rest of its sentence where a chunk edge cuts it
+            parts += [
+                p
+                for p in _parts(conn, after)
+                if p.start >= after.start and (held is None or p.chunk in held or p is after)
+            ]
     return _join(parts)
 
 

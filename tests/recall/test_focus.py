@@ -43,3 +43,15 @@ def test_unspaced_scripts_match_by_character() -> None:
     text = "这是一个很长的句子里面有很多很多的字用来测试。我的储物柜密码是四八二一。请记住它。"
     cut = focus(text, "储物柜密码是什么？", 12)
     assert "储物柜密码" in cut and "这是一个" not in cut
+
+
+def test_the_window_opens_at_the_sentence_with_the_question_words_and_reads_on() -> None:
+    """The answer tends to follow the words a question shares with the text: of the windows
+    holding the most question words, one that opens a sentence, the latest such."""
+    text = (
+        "Filler words come first here and they say nothing at all about it. "
+        "The step address selects every Nth line. One would use 0~2 for the even lines "
+        "and 1~2 for the odd ones. More filler follows and it says nothing useful either."
+    )
+    cut = focus(text, "Which step address picks even lines?", 22)
+    assert cut.startswith("… The step address") and "1~2 for the odd ones." in cut

@@ -328,6 +328,26 @@ def test_a_document_quote_reads_back_into_the_passage_before_it_in_its_chunk(
         assert recall.quote_text(hit, question, 64) == quote
 
 
+def test_a_quote_reads_the_passage_after_to_its_sentence_end_across_a_chunk_edge(
+    recall: Recall,
+) -> None:
+    """The passage after the best one may be its chunk's last, its sentence cut by the chunk
+    edge ("'Forty,' replied Sir Basil, 'fort" | "y, and no more.'"): the quote reads on into
+    the next chunk where the window holds it, and stops at the edge where it does not."""
+    best = "Sir Basil was asked how old the admiral with the weathered face really was."
+    cut, rest = "He looked at him and replied that the admiral was", "forty and no more."
+    chunk0 = f"{best} {cut} "
+    recall.index("doc:1", 0, chunk0, 0)
+    recall.index(
+        "doc:1", 1, f"{rest} Picture to yourselves my amazement that evening.", len(chunk0)
+    )
+    question = "How old was the admiral with the weathered face?"
+    (hit, *_) = recall.search(["doc:1"], question, "bm25")
+    assert (hit.chunk, recall.passage_texts([hit])) == (0, [best])
+    assert f"{cut} {rest}" in recall.quote_text(hit, question, 64, {0, 1})
+    assert recall.quote_text(hit, question, 64, {0}).endswith(cut)
+
+
 def test_quote_policies() -> None:
     """'agree' quotes the best hit only when every method ranked it first; 'tops' quotes each
     method's first."""
