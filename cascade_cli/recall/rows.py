@@ -39,8 +39,8 @@ def reading(conn: sqlite3.Connection, row: Row, held: Container[int] | None = No
     and in a manual the one before it (an option's name, then what it does). The passage before
     comes from the same chunk only, and the passage after may open the next chunk, or run on
     into it to its sentence's end, only where that chunk is in `held` (None: any) — a quote is
-    copied from the chunks the window holds. A
-    conversation's passage stays alone (the next may be another speaker's)."""
+    copied from the chunks the window holds. A conversation's passage stays alone (the next may
+    be another speaker's)."""
     parts = _parts(conn, row)
     if row.owner.startswith(DOCUMENT):
         first, last = parts[0], parts[-1]
