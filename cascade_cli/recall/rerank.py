@@ -55,16 +55,17 @@ def token_span(model: Model, tokens: Sequence[int], passage: str) -> tuple[int, 
     return _Spans(model, tokens).find(passage.split())
 
 
-def held_span(model: Model, tokens: Sequence[int], quote: str) -> tuple[int, int] | None:
+def held_part(model: Model, tokens: Sequence[int], quote: str) -> tuple[int, int, str, str] | None:
     """token_span of `quote`, else of the most of its first or last words that `tokens` hold
-    (at least half of them): a quote's sentence may run on across a chunk edge into a chunk
-    the window does not hold. None: not held."""
+    (at least half of them), with the words it leaves out before and after: a quote's sentence
+    may run on across a chunk edge (those words are decoded, the rest copied). None: not
+    held."""
     spans, words = _Spans(model, tokens), quote.split()
     for k in range(len(words), (len(words) + 1) // 2 - 1, -1):
-        for part in [words[:k]] if k == len(words) else [words[:k], words[len(words) - k :]]:
-            found = spans.find(part)
+        for a in (0,) if k == len(words) else (0, len(words) - k):
+            found = spans.find(words[a : a + k])
             if found is not None:
-                return found
+                return found[0], found[1], " ".join(words[:a]), " ".join(words[a + k :])
     return None
 
 

@@ -33,7 +33,7 @@ from cascade_cli.recall.plan import (
     plan,
     query_of,
 )
-from cascade_cli.recall.rerank import token_span
+from cascade_cli.recall.rerank import held_part
 from cascade_cli.recall.select import Hit
 from cascade_cli.store.address import address
 from cascade_cli.window.page import Page
@@ -121,15 +121,20 @@ def note(
     if COPY_QUOTE and len(quotes) == 1 and src is not None:
         text, cut_start, cut_end = unmarked(quotes[0].text)
         said = SPEAKER.match(text)  # a turn's indexed text names its speaker; its tokens do not
-        span = token_span(model, src.tokens, text[said.end() if said else 0 :])
-        if span is not None:
-            words = labels[0] + (f"{CUT} " if cut_start else "")
-            if model.token_bytes(src.tokens[span[0]])[:1].isspace():
+        part = held_part(model, src.tokens, text[said.end() if said else 0 :])
+        if part is not None:  # what runs on across the chunk's edge is decoded around it
+            a, b, before, after = part
+            words = labels[0] + (f"{CUT} " if cut_start else "") + (f"{before} " if before else "")
+            if model.token_bytes(src.tokens[a])[:1].isspace():
                 words = words.rstrip(" ")  # the quoted tokens bring their own space
             lead = nf.lead(words)
-            end = model.tokenize(f" {CUT}", add_special=False) if cut_end else []
-            a, b = span
-            b = min(b, a + room - len(lead) - len(end) - len(nf.tail))
+            rest = (f" {after}" if after else "") + (f" {CUT}" if cut_end else "")
+            end = model.tokenize(rest, add_special=False) if rest else []
+            most = a + room - len(lead) - len(end) - len(nf.tail)
+            if b > most and after:  # no room for the rest: cut where the copy ends
+                end = model.tokenize(f" {CUT}", add_special=False)
+                most = a + room - len(lead) - len(end) - len(nf.tail)
+            b = min(b, most)
             if b > a:
                 tokens = lead + src.tokens[a:b] + end + nf.tail
                 return Page(

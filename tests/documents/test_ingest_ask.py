@@ -130,7 +130,7 @@ def test_a_quote_read_on_over_a_paragraph_break_is_still_copied(
 ) -> None:
     """The quote reads on into the passage after the needle's, the next paragraph (the quote
     joins them with a space where the text breaks the paragraph), and its cells are still
-    copied from the restored chunk, not decoded."""
+    copied from the restored chunk, not decoded (what runs on past the chunk's edge is)."""
     needle = (
         "The pass key is 48213, and the old porter at the gate asked every visitor to repeat "
         "the pass key twice before he opened the door."
@@ -145,4 +145,5 @@ def test_a_quote_read_on_over_a_paragraph_break_is_still_copied(
     body = unmarked(quote)[0]
     assert f"{needle} {after}" in body, quote  # joined by one space
     assert f"{needle}\n\n{after}" in text
-    assert res.timings["copied_tokens"] >= len(ctx.model.tokenize(body)) - 2, res.timings
+    held = len(ctx.model.tokenize(f"{needle}\n\n{after}"))
+    assert res.timings["copied_tokens"] >= held - 2, res.timings

@@ -111,17 +111,18 @@ def test_a_single_candidate_is_quoted_without_a_decode(
 
 
 def test_a_quote_running_past_the_held_tokens_is_scored_on_what_they_hold(ctx: Context) -> None:
-    """A quote's sentence may run on across a chunk edge into a chunk the window does not hold:
-    the rerank scores the part the chunk's tokens hold (at least half of its words)."""
+    """A quote's sentence may run on across a chunk edge: the part the chunk's tokens hold (at
+    least half of its words) is found, with the words left out before or after it."""
     model = ctx.model
     tokens = model.tokenize("The harbour was quiet. The pass key is 48213, said the keeper")
     quote = "The pass key is 48213, said the keeper of the northern light"
     assert rerank.token_span(model, tokens, quote) is None  # not all of it is there
-    span = rerank.held_span(model, tokens, quote)
-    assert span is not None
-    held = model.detokenize(tokens[span[0] : span[1]])
+    part = rerank.held_part(model, tokens, quote)
+    assert part is not None and part[2:] == ("", "of the northern light")
+    held = model.detokenize(tokens[part[0] : part[1]])
     assert held.strip() == "The pass key is 48213, said the keeper"
     starts = "lit the lamp. The harbour was quiet. The pass key"
-    span = rerank.held_span(model, tokens, starts)  # the start is before the held tokens
-    assert span is not None and "lamp" not in model.detokenize(tokens[span[0] : span[1]])
-    assert rerank.held_span(model, tokens, "The harbour was quiet at night in the cold") is None
+    part = rerank.held_part(model, tokens, starts)  # the start is before the held tokens
+    assert part is not None and part[2:] == ("lit the lamp.", "")
+    assert "lamp" not in model.detokenize(tokens[part[0] : part[1]])
+    assert rerank.held_part(model, tokens, "The harbour was quiet at night in the cold") is None
