@@ -190,14 +190,8 @@ def run_book(model: Model, book: str, window: int, block: int, chars: int) -> di
                     res["ask"] += bool(answer & set(got))
                     if answer & set(got):
                         res["paged"] += 1
-                        said = flat(q["evidence"]) in flat(
-                            " ".join(
-                                t
-                                for _, t in quote_texts(
-                                    recall, hits, chosen, QUOTE, "hybrid", q["q"]
-                                )
-                            )
-                        )
+                        quotes = quote_texts(recall, hits, chosen, QUOTE, "hybrid", q["q"])
+                        said = flat(q["evidence"]) in flat(" ".join(t for _, t in quotes))
                         res["quote"] += said
                     res["hybrid@3"] += bool(answer & {h.chunk for h in hits[:3]})
                 ranks = [h.chunk for h in hits]
