@@ -135,7 +135,7 @@ def run_question(
     rows = []
     res = AskResult(doc=doc.name)
     answer = "".join(ask(ctx, lib, doc, q["q"], res, window=args.window, cue=args.cue,
-                         max_tokens=args.max_tokens, rerank=args.rerank, quote=args.quote,
+                         max_tokens=args.max_tokens, rerank=args.rerank, quote=args.quote, where=args.note,
                          neighbors=args.neighbors, sampling=sampling(args.guard)))  # fmt: skip
     chunks = [lib.disk.meta(doc.chunk_key(c["index"])).tokens.tolist() for c in res.chunks]
     paged = ev in flat("".join(ctx.model.detokenize(c) for c in chunks))
@@ -202,6 +202,7 @@ def main() -> None:
     ap.add_argument("--cue", default=None, help="what the answer follows")
     ap.add_argument("--quote", default=None)
     ap.add_argument("--neighbors", type=int, default=None)
+    ap.add_argument("--note", default=None, choices=["lines", "system"], help="ask_note")
     ap.add_argument("--guard", default=None, choices=["dry", "stop", "off"], help="repeat guard")
     ap.add_argument("--tag", default="", help="appended to the result's name (a tuning run)")
     ap.add_argument("--questions", type=int, default=0, help="only the first N (0: all)")
@@ -243,7 +244,7 @@ def main() -> None:
         topic="tuning" if args.tag else "answers",
         title=f"Answers vs text baselines: {args.book}, {model.stem}, window {args.window}"
         + (f" — rerank {args.rerank}, quote {args.quote}, neighbors {args.neighbors}, "
-           f"cue {args.cue!r}, guard {args.guard}, replies ≤ {args.max_tokens} tokens ({', '.join(args.conditions)})"
+           f"cue {args.cue!r}, note {args.note}, guard {args.guard}, replies ≤ {args.max_tokens} tokens ({', '.join(args.conditions)})"
            f" [{args.tag.strip('-')}]" if args.tag else ""),
         target="ask ≥ text RAG − 1 per 20 and ≥ 90 % of the oracle; quote holds the evidence "
         "for ≥ 75 % of paged questions; no loops; ask's TTFT ≥ 30× below text RAG's",
@@ -256,7 +257,7 @@ def main() -> None:
         f"{doc.chunks} chunks of {doc.block_size}, {doc.scheme}"
         f"{f'; ingested in {took:.0f} s' if took else ''}); window {args.window}, greedy, "
         f"replies ≤ {args.max_tokens} tokens, rerank {args.rerank}, quote {args.quote}, "
-        f"neighbors {args.neighbors}, cue {args.cue!r}, repeat guard {args.guard}; ask paged in "
+        f"neighbors {args.neighbors}, cue {args.cue!r}, note {args.note}, repeat guard {args.guard}; ask paged in "
         f"{statistics.median([r['tokens'] for r in asked]) if asked else 0:.0f} tokens (median).",
     )  # fmt: skip
 
@@ -267,7 +268,7 @@ def shipped(args: argparse.Namespace, model: Path) -> None:
     spec = next((s for s in registry()[1].values() if s.file == model.name), None)
     own = dict(spec.defaults) if spec else {}
     for arg, key in (("rerank", "rerank"), ("cue", "ask_cue"), ("quote", "quote"),
-                     ("guard", "repeat_guard")):  # fmt: skip
+                     ("guard", "repeat_guard"), ("note", "ask_note")):  # fmt: skip
         if getattr(args, arg) is None:
             setattr(args, arg, own.get(key, getattr(Settings, key)))
     if args.neighbors is None:

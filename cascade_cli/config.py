@@ -29,6 +29,9 @@ THINK = ("off", "on")
 #: first; 'best' — the best hit, when any method ranked it first; 'tops' — each method's first
 #: hit; 'off'.
 QUOTES = ("agree", "best", "tops", "off")
+#: Where `ask` puts its quote (window.ask): in the question's message ('lines') or in a system
+#: note of its own before it ('system', as chat does).
+ASK_NOTES = ("lines", "system")
 
 _UNITS = {
     "": 1,
@@ -164,6 +167,8 @@ class Settings:
     """Longest `ask` answer."""
     ask_cue: str = "Answer: "
     """`ask`: the words its answer follows, after the reply header ("" = none)."""
+    ask_note: str = "lines"
+    """`ask`: the quote in the question's message, or in a system note before it (ASK_NOTES)."""
     ask_temperature: float = 0.0
     """`ask`'s sampling temperature (0 = greedy: an answer quotes the document)."""
     quote: str = "best"
@@ -208,6 +213,7 @@ _TEXT = (
     "think",
     "system",
     "ask_cue",
+    "ask_note",
     "quote",
 )
 
@@ -270,6 +276,11 @@ def _coerce(key: str, value: Any) -> Any:
         return parse_int(value, key, _INTS[key])
     if key in ("system", "ask_cue"):
         return str(value)
+    if key == "ask_note":
+        text = str(value).lower()
+        if text not in ASK_NOTES:
+            raise ConfigError(f"unknown ask_note {value!r}", f"Use one of: {', '.join(ASK_NOTES)}.")
+        return text
     if key == "quote":
         text = str(value).lower()
         if text not in QUOTES:

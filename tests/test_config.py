@@ -132,9 +132,10 @@ def test_answer_defaults_from_file_env_and_flags(
     cfg = tmp_path / "cascade.toml"
     cfg.write_text('temperature = 0.2\nquote = "tops"\nsystem = "Be brief."\nask_tokens = 64\n')
     monkeypatch.setenv("CASCADE_TOP_P", "0.5")
+    monkeypatch.setenv("CASCADE_ASK_NOTE", "System")
     s = resolve({"neighbors": 0}, cfg)
     assert (s.temperature, s.quote, s.system, s.ask_tokens) == (0.2, "tops", "Be brief.", 64)
-    assert (s.top_p, s.neighbors) == (0.5, 0)
+    assert (s.top_p, s.neighbors, s.ask_note) == (0.5, 0, "system")
 
 
 @pytest.mark.parametrize(
@@ -143,6 +144,7 @@ def test_answer_defaults_from_file_env_and_flags(
         ({"temperature": "warm"}, "invalid temperature"),
         ({"top_p": 1.5}, "out of range"),
         ({"quote": "some"}, "unknown quote"),
+        ({"ask_note": "margin"}, "unknown ask_note"),
         ({"ask_tokens": 0}, "below 1"),
     ],
 )

@@ -208,3 +208,16 @@ def test_the_qwen_models_answer_without_the_cue_and_smollm2_with_it(tmp_path: Pa
         assert resolve({"model": name}, empty, model_defaults).ask_cue == ""
         assert resolve({"model": name, "ask_cue": "A: "}, empty, model_defaults).ask_cue == "A: "
     assert resolve({"model": "smollm2-135m"}, empty, model_defaults).ask_cue == "Answer: "
+
+
+def test_the_qwen_models_quote_in_a_system_note_and_smollm2_in_the_question(
+    tmp_path: Path,
+) -> None:
+    """Where ask puts its quote, per model as measured (registry defaults; a setting wins)."""
+    empty = tmp_path / "cascade.toml"
+    empty.write_text("")
+    for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        assert resolve({"model": name}, empty, model_defaults).ask_note == "system"
+        own = {"model": name, "ask_note": "lines"}
+        assert resolve(own, empty, model_defaults).ask_note == "lines"
+    assert resolve({"model": "smollm2-135m"}, empty, model_defaults).ask_note == "lines"

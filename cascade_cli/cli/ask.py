@@ -158,6 +158,7 @@ def _answer(
             rerank=cfg.rerank,
             max_tokens=cfg.ask_tokens,
             cue=cfg.ask_cue,
+            where=cfg.ask_note,
             sampling=sampling,
             notice=lambda text: err.print(f"[dim]{shown(text)}[/dim]"),
         )

@@ -39,6 +39,7 @@ from cascade_cli.store import ChunkMeta
 from cascade_cli.window.layout import Layout, NoteFrame, note, rerank_note
 from cascade_cli.window.page import Page
 from cascade_cli.window.pages import Pages
+from cascade_cli.window.turns import template
 
 #: Whether the generator reranks the top hits' passages and quotes the best one instead of
 #: what the `quote` policy picked (recall.rerank; 'llm' or 'off'). Off by default: on held-out
@@ -47,6 +48,10 @@ from cascade_cli.window.pages import Pages
 RERANK = Settings.rerank  # the setting's default (config.py)
 #: The line that introduces the quote, after the excerpts (measured on the needle trials).
 LINES = "Most relevant lines:\n"
+#: Where the quote goes (config.ASK_NOTES): 'lines' — LINES and the quote in the question's own
+#: user turn; 'system' — a system note between the excerpts' user turn and the question's, as in
+#: chat (measured per model: docs/models.md).
+ASK_NOTE = Settings.ask_note
 
 __all__ = ["AskResult", "ask", "plan", "question_pages"]
 
@@ -89,6 +94,22 @@ def question_note(model: Model, fr: Frame) -> NoteFrame:
     )  # fmt: skip
 
 
+def system_note(model: Model, fr: Frame, question: str) -> tuple[NoteFrame, list[int]]:
+    """ask's quote as a system note (`ask_note = "system"`): the excerpts' user turn closed,
+    a system message "From <document>: <quote>", then the question as a user turn of its own
+    (the note frame, and the tokens after the note)."""
+    tpl = template(model)
+    nf = NoteFrame(
+        model, lambda words: tokenize_parts(model, [(tpl.user_close + tpl.sys_open, True), (words, False)]),
+        tpl.special(tpl.sys_close), lambda q: f"From {q.label}: " if q.label else "",
+    )  # fmt: skip
+    after = tokenize_parts(
+        model,
+        [(tpl.user_open, True), (question.strip(), False), (fr.after_question + fr.cue, True)],
+    )
+    return nf, after
+
+
 def question_pages(
     lib: Library,
     model: Model,
@@ -99,12 +120,14 @@ def question_pages(
     copies: bool = True,
     rerank: str = RERANK,
     cue: str = Settings.ask_cue,
+    where: str = ASK_NOTE,
 ) -> Asked:
     """The pages for a question about `docs` under the planner's request `req` (planned with
     the frame's sink as its head and the question's tokens added to its tail): the sink, the
     recalled chunks, and — where the window can copy cells (`copies`) and one passage is
     quoted — a note copying it; else the quoted passages are decoded with the question
-    (documents.frame.question_tokens)."""
+    (documents.frame.question_tokens), or, `where` = 'system', in a system note of their own
+    (system_note)."""
     fr = frame(model, cue=cue)
     bare = question_tokens(model, fr, question)
     laid = planned(lib.recall, replace(req, head=len(fr.prefix), tail=req.tail + len(bare)))
@@ -123,13 +146,17 @@ def question_pages(
         source[(owner, idx)] = page
         out.labels[page.key] = f"{by_owner[owner].name} chunk {idx}"
     room = len(bare) + laid.quote_room  # the question's and the quote's, together
-    nf = question_note(model, fr)
-    after = tokenize_parts(model, [("\n\n", True), *question_tail(fr, question)])  # after a note
     one = copies and len(laid.quotes) == 1
-    quote = note(nf, laid.quotes, room - len(after), source) if one else None
-    if quote is not None and quote.copy is not None:
+    if where == "system":
+        nf, after = system_note(model, fr, question)
+        quote = note(nf, laid.quotes, room - len(after), source if copies else None)
+    else:
+        nf = question_note(model, fr)
+        after = tokenize_parts(model, [("\n\n", True), *question_tail(fr, question)])
+        quote = note(nf, laid.quotes, room - len(after), source) if one else None
+    if quote is not None and (quote.copy is not None or where == "system"):
         message = after
-        if rerank == "llm":
+        if rerank == "llm" and quote.copy is not None:
             names = {d.owner: d.name for d in docs}
             rerank_note(lib, nf, out, source, names, question, len(fr.prefix), quote)
         out.pages.append(quote)
@@ -205,6 +232,7 @@ def ask(
     rerank: str = RERANK,
     max_tokens: int = Settings.ask_tokens,
     cue: str = Settings.ask_cue,
+    where: str = ASK_NOTE,
     sampling: SamplerSettings = SamplerSettings(temperature=0, repeat_penalty=1.0, guard="dry"),
     notice: Notice = quiet,
 ) -> Iterator[str]:
@@ -225,8 +253,9 @@ def ask(
         fill=True, top_k=top_k, neighbors=neighbors, order=order, quote=quote,
     )  # fmt: skip
     asked = question_pages(
-        lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank, cue=cue
-    )
+        lib, ctx.model, docs, question, req, copies=pages.win.copies, rerank=rerank, cue=cue,
+        where=where,
+    )  # fmt: skip
     for line in asked.layout.plan.notes:
         notice(line)
     said = lib.prefill_notice() if pages.win.recurrent else None

@@ -14,7 +14,9 @@ from cascade_cli.documents.ingest import IngestStatus, chunks, ingest, pieces
 from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
 from cascade_cli.recall.focus import unmarked
-from cascade_cli.window.ask import AskResult, ask, plan
+from cascade_cli.recall.plan import Request
+from cascade_cli.window.ask import AskResult, ask, plan, question_pages
+from cascade_cli.window.turns import template
 from tests.documents.helpers import BLOCK, NEEDLE, WINDOW, passage_rows, write_text
 
 
@@ -123,6 +125,34 @@ def test_the_quote_is_copied_from_its_restored_chunk(
     copied = res.timings["copied_tokens"]
     assert copied >= len(ctx.model.tokenize("The pass key is 48213."))
     assert "48213" in answer, answer
+
+
+def test_ask_note_system_puts_the_quote_in_a_system_note_before_the_question_turn(
+    ctx: Context, lib: Library, tmp_path: Path
+) -> None:
+    """`ask_note = "system"`: the excerpts' user turn closes, the quote is a system note naming
+    the document (its cells still copied from the restored chunk) and the question is a user
+    turn of its own, as in chat; the answer holds."""
+    src = write_text(tmp_path / "needle.txt", 7000, needle=NEEDLE)
+    doc = run_ingest(ctx, lib, src, "needle")
+    question = "What is the pass key?"
+    res = AskResult(doc="needle")
+    answer = "".join(
+        ask(ctx, lib, doc, question, res, window=WINDOW, max_tokens=12, where="system")
+    )
+    assert res.timings["copied_tokens"] >= len(ctx.model.tokenize("The pass key is 48213."))
+    assert "48213" in answer, answer
+    req = Request(WINDOW, 0, 64, question, "hybrid", sources=lib.sources([doc]), fill=True)
+    asked = question_pages(lib, ctx.model, [doc], question, req, where="system")
+    quote, tpl = asked.layout.pages[-1], template(ctx.model)
+    assert quote.transient and quote.copy is not None
+    assert quote.tokens[0] == tpl.special(tpl.user_close)[0]  # the excerpts' turn closed
+    assert quote.tokens[-len(tpl.special(tpl.sys_close)) :] == tpl.special(tpl.sys_close)
+    assert "From needle: " in ctx.model.detokenize(quote.tokens)
+    assert asked.message[0] == tpl.special(tpl.user_open)[0]
+    assert question in ctx.model.detokenize(asked.message)
+    lines = question_pages(lib, ctx.model, [doc], question, req)  # the default: one user turn
+    assert lines.message[0] != tpl.special(tpl.user_open)[0]
 
 
 def test_a_quote_read_on_over_a_paragraph_break_is_still_copied(
