@@ -195,7 +195,8 @@ class Pages:
             self._warm = {k for k in fresh if k in self.lib.ram}
         warm = self._warm
         self._slim |= self._far(target, at, fresh)
-        self.lib.pager.prefetch(list(fresh), fresh, self._slim)
+        made = {p.key for p in target if p.transient}  # a quote is never in the store
+        self.lib.pager.prefetch([k for k in fresh if k not in made], fresh, self._slim)
         done.by_key = dict.fromkeys(kept, "window")
         for i, p in enumerate(target):
             if p.key in fresh:
