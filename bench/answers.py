@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.niah import EMBED, WORK  # noqa: E402
+from bench.niah import shipped as shipped_defaults  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from bench.questions import book_path, cut, flat  # noqa: E402
 from cascade_cli.config import Settings, resolve  # noqa: E402
@@ -53,7 +54,7 @@ from cascade_cli.engine.live import WINDOW_SEQ, Window  # noqa: E402
 from cascade_cli.engine.loops import loops  # noqa: E402
 from cascade_cli.errors import CascadeError  # noqa: E402
 from cascade_cli.recall.plan import reserve as reserve_for  # noqa: E402
-from cascade_cli.registry import registry, resolve_model  # noqa: E402
+from cascade_cli.registry import resolve_model  # noqa: E402
 from cascade_cli.session.chat import ChatSession  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
 
@@ -265,8 +266,7 @@ def main() -> None:
 def shipped(args: argparse.Namespace, model: Path) -> None:
     """Settings not given on the command line: what `ask` ships for this model (the built-in
     defaults under the registry entry's own, found by the model's file name)."""
-    spec = next((s for s in registry()[1].values() if s.file == model.name), None)
-    own = dict(spec.defaults) if spec else {}
+    own = shipped_defaults(model)
     for arg, key in (("rerank", "rerank"), ("cue", "ask_cue"), ("quote", "quote"),
                      ("guard", "repeat_guard"), ("note", "ask_note")):  # fmt: skip
         if getattr(args, arg) is None:

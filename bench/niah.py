@@ -34,12 +34,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.provenance import save  # noqa: E402
-from cascade_cli.config import QUOTES, resolve  # noqa: E402
+from cascade_cli.config import QUOTES, Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.ingest import IngestStatus, ingest  # noqa: E402
 from cascade_cli.documents.library import Library  # noqa: E402
@@ -50,8 +51,17 @@ from cascade_cli.recall import service  # noqa: E402
 from cascade_cli.recall import tables as rindex  # noqa: E402
 from cascade_cli.recall.passages import Passage  # noqa: E402
 from cascade_cli.recall.plan import QUOTE  # noqa: E402
+from cascade_cli.registry import registry  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
+
+
+def shipped(model: Path) -> dict[str, Any]:
+    """The settings a model's registry entry sets for it (`[models.NAME.defaults]`, found by
+    the model's file name; {} for a file it does not list): what `ask` ships for that model."""
+    spec = next((s for s in registry()[1].values() if s.file == model.name), None)
+    return dict(spec.defaults) if spec else {}
+
 
 HOME = ROOT / ".cascade-test" / "models"
 MODEL = HOME / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -297,6 +307,7 @@ def main() -> None:
         config_file=None,
     )  # fmt: skip
     rng = random.Random(args.seed)
+    own = shipped(args.model)  # the cue and quote place ask ships for this model
     ask_window = args.ask_window or args.window
     n_ctx = max(args.window, ask_window, args.ruler_window) + args.block + 256
     out = args.out.open("w") if args.out else None
@@ -338,9 +349,10 @@ def main() -> None:
                 task.questions, args.quotes
             ):
                 res = AskResult(doc=doc.name)
-                answer = "".join(
-                    ask(ctx, lib, doc, question, res, window=window, max_tokens=48, quote=quote)
-                )
+                own_cue = own.get("ask_cue", Settings.ask_cue)
+                own_note = own.get("ask_note", Settings.ask_note)
+                answer = "".join(ask(ctx, lib, doc, question, res, window=window, max_tokens=48,
+                                     quote=quote, cue=own_cue, where=own_note))  # fmt: skip
                 ok = all(v.lower() in answer.lower() for v in values)
                 got = {c["index"] for c in res.chunks}
                 rec = all(any(c in got for c in needle_chunks[i]) for i in needles)

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.niah import EMBED, MODEL, WORK, base_document  # noqa: E402
+from bench.niah import EMBED, MODEL, WORK, base_document, shipped  # noqa: E402
 from bench.provenance import save  # noqa: E402
-from cascade_cli.config import resolve  # noqa: E402
+from cascade_cli.config import Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
 from cascade_cli.documents.library import Library  # noqa: E402
@@ -91,11 +91,13 @@ def main() -> None:
             f"document {doc.name}: {doc.tokens} tokens, {doc.chunks} chunks, window {args.window}"
         )
         asked, scratch, recall, tokens, rerank_s = [], [], [], [], []
+        own = shipped(args.model)  # the cue and quote place ask ships for this model
         for question in questions:
             lib.ram.clear()
             res = AskResult(doc=doc.name)
             for _ in ask(ctx, lib, doc, question, res, window=args.window, max_tokens=1,
-                         rerank=args.rerank):  # fmt: skip
+                         rerank=args.rerank, cue=own.get("ask_cue", Settings.ask_cue),
+                         where=own.get("ask_note", Settings.ask_note)):  # fmt: skip
                 pass
             asked.append(res.timings["ttft_s"])
             rerank_s.append(res.timings["rerank_s"])

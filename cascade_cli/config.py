@@ -168,7 +168,8 @@ class Settings:
     ask_cue: str = "Answer: "
     """`ask`: the words its answer follows, after the reply header ("" = none)."""
     ask_note: str = "lines"
-    """`ask`: the quote in the question's message, or in a system note before it (ASK_NOTES)."""
+    """`ask`: the quote in the question's message, or in a system note before it (ASK_NOTES;
+    a model whose cells cannot be copied or whose template has no system role keeps 'lines')."""
     ask_temperature: float = 0.0
     """`ask`'s sampling temperature (0 = greedy: an answer quotes the document)."""
     quote: str = "best"

@@ -31,7 +31,7 @@ from cascade_cli.engine.generate import Generation, generate
 from cascade_cli.engine.live import WINDOW_SEQ
 from cascade_cli.engine.reasoning import Thought
 from cascade_cli.engine.template import tokenize_parts
-from cascade_cli.errors import NotFoundError
+from cascade_cli.errors import EngineError, NotFoundError
 from cascade_cli.recall.plan import ORDER, QUOTE, Request
 from cascade_cli.recall.plan import plan as planned
 from cascade_cli.recall.plan import reserve as reserve_for
@@ -94,11 +94,18 @@ def question_note(model: Model, fr: Frame) -> NoteFrame:
     )  # fmt: skip
 
 
-def system_note(model: Model, fr: Frame, question: str) -> tuple[NoteFrame, list[int]]:
+def system_note(model: Model, fr: Frame, question: str) -> tuple[NoteFrame, list[int]] | None:
     """ask's quote as a system note (`ask_note = "system"`): the excerpts' user turn closed,
     a system message "From <document>: <quote>", then the question as a user turn of its own
-    (the note frame, and the tokens after the note)."""
-    tpl = template(model)
+    (the note frame, and the tokens after the note). None where the template has no system
+    role of its own (Gemma) or cannot be split per message: the quote stays in the question's
+    message there."""
+    try:
+        tpl = template(model)
+    except EngineError:
+        return None
+    if tpl.sys_open == tpl.user_open:
+        return None
     nf = NoteFrame(
         model, lambda words: tokenize_parts(model, [(tpl.user_close + tpl.sys_open, True), (words, False)]),
         tpl.special(tpl.sys_close), lambda q: f"From {q.label}: " if q.label else "",
@@ -126,8 +133,9 @@ def question_pages(
     the frame's sink as its head and the question's tokens added to its tail): the sink, the
     recalled chunks, and — where the window can copy cells (`copies`) and one passage is
     quoted — a note copying it; else the quoted passages are decoded with the question
-    (documents.frame.question_tokens), or, `where` = 'system', in a system note of their own
-    (system_note)."""
+    (documents.frame.question_tokens). `where` = 'system' puts the quote in a system note of
+    its own (system_note) where the window can copy cells (a recurrent or sliding-window
+    model's keeps 'lines': its quote is decoded with the question, its chunks' state saved)."""
     fr = frame(model, cue=cue)
     bare = question_tokens(model, fr, question)
     laid = planned(lib.recall, replace(req, head=len(fr.prefix), tail=req.tail + len(bare)))
@@ -147,14 +155,15 @@ def question_pages(
         out.labels[page.key] = f"{by_owner[owner].name} chunk {idx}"
     room = len(bare) + laid.quote_room  # the question's and the quote's, together
     one = copies and len(laid.quotes) == 1
-    if where == "system":
-        nf, after = system_note(model, fr, question)
-        quote = note(nf, laid.quotes, room - len(after), source if copies else None)
+    system = system_note(model, fr, question) if where == "system" and copies else None
+    if system is not None:
+        nf, after = system
+        quote = note(nf, laid.quotes, room - len(after), source)
     else:
         nf = question_note(model, fr)
         after = tokenize_parts(model, [("\n\n", True), *question_tail(fr, question)])
         quote = note(nf, laid.quotes, room - len(after), source) if one else None
-    if quote is not None and (quote.copy is not None or where == "system"):
+    if quote is not None and (quote.copy is not None or system is not None):
         message = after
         if rerank == "llm" and quote.copy is not None:
             names = {d.owner: d.name for d in docs}
@@ -199,6 +208,8 @@ def plan(
     mode: str,
     top_k: int,
     reserve: int,
+    cue: str = Settings.ask_cue,
+    where: str = ASK_NOTE,
 ) -> tuple[list[tuple[str, int]], list[int]]:
     """((owner, chunk index) of the chunks `ask` pages in, in window order; the tokens decoded
     after them), `reserve` positions left for the answer."""
@@ -207,7 +218,7 @@ def plan(
         window=window, head=0, tail=reserve, query=question, mode=mode, sources=lib.sources(docs),
         fill=True, top_k=top_k,
     )  # fmt: skip
-    asked = question_pages(lib, ctx.model, docs, question, req)
+    asked = question_pages(lib, ctx.model, docs, question, req, cue=cue, where=where)
     quote = [t for p in asked.layout.pages[1:] if p.transient for t in p.tokens]
     return asked.recalled, quote + asked.message
 

@@ -305,7 +305,8 @@ class Pages:
         if p.key in self._fresh:  # recomputed in its ingest context for this layout
             self.win.place(self._fresh[p.key], at=at, shift=False)
             return "recomputed"
-        if self.stored(p):
+        stored = not p.transient and self.stored(p)  # a quote is made here, never looked up
+        if stored:
             try:
                 blob = self.lib.pager.get(p.key, at=at, slim=p.key in self._slim)
                 self.win.place(blob, at=at, shift=False)
@@ -314,7 +315,7 @@ class Pages:
             except (NotFoundError, CorruptChunkError):
                 if p.doc is not None and p.key not in self._here:  # never serve bad bytes:
                     raise _Damaged(p) from None  # recomputed where ingest made it
-        elif self.lib.remote is not None:  # another machine may have stored it
+        elif self.lib.remote is not None and not p.transient:  # another machine may have it
             try:
                 self.win.place(self.lib.pager.get_remote(p.key, at=at), at=at, shift=False)
                 self.lib.ram.pop(p.key)

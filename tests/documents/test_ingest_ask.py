@@ -152,10 +152,18 @@ def test_ask_note_system_puts_the_quote_in_a_system_note_before_the_question_tur
     assert quote.tokens[0] == tpl.special(tpl.user_close)[0]  # the excerpts' turn closed
     assert quote.tokens[-len(tpl.special(tpl.sys_close)) :] == tpl.special(tpl.sys_close)
     assert "From needle: " in ctx.model.detokenize(quote.tokens)
-    assert asked.message[0] == tpl.special(tpl.user_open)[0]
+    opened = tpl.special(tpl.user_open)[0]
+    assert asked.message[0] == opened
     assert question in ctx.model.detokenize(asked.message)
     lines = question_pages(lib, ctx.model, [doc], question, req)  # the default: one user turn
-    assert lines.message[0] != tpl.special(tpl.user_open)[0]
+    assert "Most relevant lines:" in ctx.model.detokenize(lines.layout.pages[-1].tokens)
+    assert lines.message.count(opened) == asked.message.count(opened) - 1  # no turn of its own
+    # where cells cannot be copied (a recurrent or sliding-window model) the quote stays in
+    # the question's message, decoded with it
+    plain = question_pages(lib, ctx.model, [doc], question, req, copies=False)
+    kept = question_pages(lib, ctx.model, [doc], question, req, copies=False, where="system")
+    assert kept.message == plain.message and not any(p.transient for p in kept.layout.pages)
+    assert "48213" in ctx.model.detokenize(kept.message)
 
 
 def test_a_quote_read_on_over_a_paragraph_break_is_still_copied(
