@@ -184,14 +184,14 @@ def lay_out(
         if owner in around:
             opening, closing = around[owner]
             if not out.pages[-1].key.startswith(f"{owner}:"):
-                out.pages.append(Page(f"frame:{owner}:open", opening))
+                out.pages.append(Page(f"frame:{owner}:open", opening, stored=False))
             page = page_of(f"{owner}:{idx}")
             out.pages.append(page)
             source[(owner, idx)] = page
             out.labels[page.key] = f"{names[owner]} chunk {idx}"
             nxt = laid.recalled.index((owner, idx)) + 1
             if nxt >= len(laid.recalled) or laid.recalled[nxt][0] != owner:
-                out.pages.append(Page(f"frame:{owner}:close", closing))
+                out.pages.append(Page(f"frame:{owner}:close", closing, stored=False))
         else:
             key = key_of[(owner, idx)]
             out.pages.append(by_key[key])

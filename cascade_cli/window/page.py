@@ -23,6 +23,7 @@ class Page:
     tokens: list[int] = field(repr=False)
     meta: ChunkMeta | None = field(default=None, repr=False)
     transient: bool = False  # made afresh wherever it is placed, never kept (a quote)
+    stored: bool = True  # False: decoded where it is placed, never in a store (a frame)
     #: (page key, offset, to, n): tokens[to : to + n] are that page's tokens[offset : offset + n],
     #: whose cells the window copies (moved) while the page is placed, instead of decoding them
     copy: tuple[str, int, int, int] | None = None

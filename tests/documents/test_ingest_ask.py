@@ -15,6 +15,7 @@ from cascade_cli.documents.library import Library
 from cascade_cli.engine import Context
 from cascade_cli.recall.focus import unmarked
 from cascade_cli.recall.plan import Request
+from cascade_cli.store.stats import snapshot
 from cascade_cli.window.ask import AskResult, ask, plan, question_pages
 from cascade_cli.window.turns import template
 from tests.documents.helpers import BLOCK, NEEDLE, WINDOW, passage_rows, write_text
@@ -120,14 +121,14 @@ def test_the_quote_is_copied_from_its_restored_chunk(
     src = write_text(tmp_path / "needle.txt", 7000, needle=NEEDLE)
     doc = run_ingest(ctx, lib, src, "needle")
     res = AskResult(doc="needle")
-    missed = lib.disk.stats.pending()[0].get(("disk", "misses"), 0)
+    missed = snapshot(lib.disk)["tiers"]["disk"]["misses"]
     answer = "".join(ask(ctx, lib, doc, "What is the pass key?", res, window=WINDOW, max_tokens=12))
     assert any("48213" in p for p in res.passages), res.passages
     copied = res.timings["copied_tokens"]
     assert copied >= len(ctx.model.tokenize("The pass key is 48213."))
     assert "48213" in answer, answer
     # the quote is made, never looked up in the store (it once counted a disk miss per ask)
-    assert lib.disk.stats.pending()[0].get(("disk", "misses"), 0) == missed
+    assert snapshot(lib.disk)["tiers"]["disk"]["misses"] == missed
 
 
 def test_ask_note_system_puts_the_quote_in_a_system_note_before_the_question_turn(

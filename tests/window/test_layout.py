@@ -20,6 +20,7 @@ from cascade_cli.kv import blob as kvblob
 from cascade_cli.prompts.completions import PromptService
 from cascade_cli.prompts.types import Message, Params
 from cascade_cli.session.chat import ChatSession
+from cascade_cli.store.stats import snapshot
 from cascade_cli.window.page import Page
 from tests.documents.helpers import (
     NEEDLE,
@@ -104,6 +105,23 @@ def test_chat_with_a_document_skips_a_chunk_the_disk_budget_evicted(
         assert doc.chunk_key(hit) not in chat.pages.keys
         assert any("evicted by the disk budget" in n and "'needle'" in n for n in notes), notes
         assert any(k.startswith(f"{doc.owner}:") for k in chat.pages.keys)  # others recalled
+        chat.close()
+
+
+def test_a_chat_turn_over_a_document_looks_up_only_stored_pages(
+    home: Path, ctx: Context, tmp_path: Path
+) -> None:
+    """The excerpts' frame and the quote note are decoded where they are placed: neither is
+    looked up in the store (each once counted a disk miss per turn in `cascade stats`)."""
+    with _lib(home, ctx) as lib:
+        src = write_text(tmp_path / "needle.txt", 6000, needle=NEEDLE)
+        doc = ingest(ctx, lib, src, "needle", "utf-8", lambda s: None)
+        lib.pager.flush()
+        chat = ChatSession(ctx, lib, "reader", overrides=GREEDY, documents=[doc])
+        missed = snapshot(lib.disk)["tiers"]["disk"]["misses"]
+        assert _say(chat, "What is the pass key?").strip()
+        assert any(k.startswith("frame:") for k in chat.pages.keys)  # the frame was placed
+        assert snapshot(lib.disk)["tiers"]["disk"]["misses"] == missed
         chat.close()
 
 
