@@ -270,6 +270,13 @@ _INTS = {
 }  # fmt: skip
 
 
+#: Settings that take one of a few words, and those words.
+_CHOICES = {
+    "ask_note": ASK_NOTES, "quote": QUOTES, "compression": COMPRESSIONS, "recall": RECALL,
+    "repeat_guard": REPEAT_GUARDS, "rerank": RERANKS,
+}  # fmt: skip
+
+
 def _coerce(key: str, value: Any) -> Any:
     if key in _FLOATS:
         return parse_float(value, key, *_FLOATS[key])
@@ -277,15 +284,12 @@ def _coerce(key: str, value: Any) -> Any:
         return parse_int(value, key, _INTS[key])
     if key in ("system", "ask_cue"):
         return str(value)
-    if key == "ask_note":
+    if key in _CHOICES:
         text = str(value).lower()
-        if text not in ASK_NOTES:
-            raise ConfigError(f"unknown ask_note {value!r}", f"Use one of: {', '.join(ASK_NOTES)}.")
-        return text
-    if key == "quote":
-        text = str(value).lower()
-        if text not in QUOTES:
-            raise ConfigError(f"unknown quote {value!r}", f"Use one of: {', '.join(QUOTES)}.")
+        if text not in _CHOICES[key]:
+            raise ConfigError(
+                f"unknown {key} {value!r}", f"Use one of: {', '.join(_CHOICES[key])}."
+            )
         return text
     if key in ("memory_cache_size", "disk_cache_budget", "max_body_size", "api_cache_budget"):
         size = parse_size(value, key)
@@ -294,34 +298,10 @@ def _coerce(key: str, value: Any) -> Any:
         return size
     if key == "allow_origins":
         return parse_origins(value)
-    if key == "compression":
-        text = str(value).lower()
-        if text not in COMPRESSIONS:
-            raise ConfigError(
-                f"unknown compression {value!r}", f"Use one of: {', '.join(COMPRESSIONS)}."
-            )
-        return text
     if key == "flash_attn":
         text = str(value).lower()
         if text not in FLASH_ATTN:
             raise ConfigError(f"invalid flash_attn {value!r}", "Use auto, on or off.")
-        return text
-    if key == "recall":
-        text = str(value).lower()
-        if text not in RECALL:
-            raise ConfigError(f"unknown recall {value!r}", f"Use one of: {', '.join(RECALL)}.")
-        return text
-    if key == "repeat_guard":
-        text = str(value).lower()
-        if text not in REPEAT_GUARDS:
-            raise ConfigError(
-                f"unknown repeat_guard {value!r}", f"Use one of: {', '.join(REPEAT_GUARDS)}."
-            )
-        return text
-    if key == "rerank":
-        text = str(value).lower()
-        if text not in RERANKS:
-            raise ConfigError(f"unknown rerank {value!r}", f"Use one of: {', '.join(RERANKS)}.")
         return text
     if key == "think":
         text = str(value).lower()
