@@ -40,9 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.niah import EMBED, WORK  # noqa: E402
-from bench.niah import shipped as shipped_defaults  # noqa: E402
 from bench.provenance import save  # noqa: E402
 from bench.questions import book_path, cut, flat  # noqa: E402
+from bench.shipped import shipped as shipped_defaults  # noqa: E402
 from cascade_cli.config import Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402

@@ -34,12 +34,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.provenance import save  # noqa: E402
+from bench.shipped import shipped  # noqa: E402
 from cascade_cli.config import QUOTES, Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.ingest import IngestStatus, ingest  # noqa: E402
@@ -51,17 +51,8 @@ from cascade_cli.recall import service  # noqa: E402
 from cascade_cli.recall import tables as rindex  # noqa: E402
 from cascade_cli.recall.passages import Passage  # noqa: E402
 from cascade_cli.recall.plan import QUOTE  # noqa: E402
-from cascade_cli.registry import registry  # noqa: E402
 from cascade_cli.store import ChunkMeta  # noqa: E402
 from cascade_cli.window.ask import AskResult, ask  # noqa: E402
-
-
-def shipped(model: Path) -> dict[str, Any]:
-    """The settings a model's registry entry sets for it (`[models.NAME.defaults]`, found by
-    the model's file name; {} for a file it does not list): what `ask` ships for that model."""
-    spec = next((s for s in registry()[1].values() if s.file == model.name), None)
-    return dict(spec.defaults) if spec else {}
-
 
 HOME = ROOT / ".cascade-test" / "models"
 MODEL = HOME / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.niah import EMBED, MODEL, WORK, base_document, shipped  # noqa: E402
+from bench.niah import EMBED, MODEL, WORK, base_document  # noqa: E402
 from bench.provenance import save  # noqa: E402
+from bench.shipped import shipped  # noqa: E402
 from cascade_cli.config import Settings, resolve  # noqa: E402
 from cascade_cli.documents import catalog  # noqa: E402
 from cascade_cli.documents.frame import frame, question_tokens  # noqa: E402
