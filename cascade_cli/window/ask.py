@@ -154,7 +154,6 @@ def question_pages(
         source[(owner, idx)] = page
         out.labels[page.key] = f"{by_owner[owner].name} chunk {idx}"
     room = len(bare) + laid.quote_room  # the question's and the quote's, together
-    one = copies and len(laid.quotes) == 1
     system = system_note(model, fr, question) if where == "system" and copies else None
     if system is not None:
         nf, after = system
@@ -162,6 +161,7 @@ def question_pages(
     else:
         nf = question_note(model, fr)
         after = tokenize_parts(model, [("\n\n", True), *question_tail(fr, question)])
+        one = copies and len(laid.quotes) == 1
         quote = note(nf, laid.quotes, room - len(after), source) if one else None
     if quote is not None and (quote.copy is not None or system is not None):
         message = after

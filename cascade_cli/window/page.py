@@ -42,6 +42,11 @@ class Page:
     def n(self) -> int:
         return len(self.tokens)
 
+    @property
+    def looked_up(self) -> bool:
+        """Whether a store may hold it (a quote or a frame is made where it is placed)."""
+        return self.stored and not self.transient
+
 
 @dataclass
 class Placed:

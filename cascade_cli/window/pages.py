@@ -195,7 +195,7 @@ class Pages:
             self._warm = {k for k in fresh if k in self.lib.ram}
         warm = self._warm
         self._slim |= self._far(target, at, fresh)
-        made = {p.key for p in target if p.transient or not p.stored}  # a quote, a frame
+        made = {p.key for p in target if not p.looked_up}
         self.lib.pager.prefetch([k for k in fresh if k not in made], fresh, self._slim)
         done.by_key = dict.fromkeys(kept, "window")
         for i, p in enumerate(target):
@@ -305,8 +305,7 @@ class Pages:
         if p.key in self._fresh:  # recomputed in its ingest context for this layout
             self.win.place(self._fresh[p.key], at=at, shift=False)
             return "recomputed"
-        looked = p.stored and not p.transient  # a quote or a frame is made here, never looked up
-        if looked and self.stored(p):
+        if p.looked_up and self.stored(p):
             try:
                 blob = self.lib.pager.get(p.key, at=at, slim=p.key in self._slim)
                 self.win.place(blob, at=at, shift=False)
@@ -315,7 +314,7 @@ class Pages:
             except (NotFoundError, CorruptChunkError):
                 if p.doc is not None and p.key not in self._here:  # never serve bad bytes:
                     raise _Damaged(p) from None  # recomputed where ingest made it
-        elif self.lib.remote is not None and looked:  # another machine may have stored it
+        elif self.lib.remote is not None and p.looked_up:  # another machine may have it
             try:
                 self.win.place(self.lib.pager.get_remote(p.key, at=at), at=at, shift=False)
                 self.lib.ram.pop(p.key)
